@@ -1,0 +1,52 @@
+# Two commands a person needs: `make lab` (start the course) and `make test` (check everything).
+# The virtual environment is built once and rebuilt only when pyproject.toml changes.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# nbgrader runs helper executables (alembic) by name: the venv must be first on PATH.
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+# Offline by default: wandb never tries the network unless a student opts in.
+export WANDB_MODE ?= offline
+# CI machines have 2 cores; parallel pytest workers (pytest-xdist).
+JOBS ?= 2
+
+.PHONY: lab test labs grade install test-fast normalize clean-grading help
+
+help:
+	@echo "make lab    start JupyterLab on the course (installs what it needs the first time)"
+	@echo "make test   run the whole test suite (notebooks, autograder proofs, packaging)"
+	@echo "make labs   regenerate labs/ from solutions/ (nbgrader generate_assignment)"
+	@echo "make grade  autograde submitted/<student>/<assignment>/, write feedback/ and grades/grades.csv"
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	for ext in formgrader assignment_list course_list validate_assignment; do \
+	  $(BIN)/jupyter server extension enable --sys-prefix nbgrader.server_extensions.$$ext >/dev/null 2>&1; done
+	$(BIN)/jupyter labextension enable --level=sys_prefix @jupyter/nbgrader >/dev/null 2>&1
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lab: install
+	@echo "Starting JupyterLab: open the http://127.0.0.1:8888/lab?token=... URL printed below."
+	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --ServerApp.root_dir=$(CURDIR)
+
+test: install
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup --nbval-lax --nbval-current-env \
+	  --nbval-cell-timeout=600 tests lessons solutions
+
+labs: install
+	$(BIN)/nbgrader generate_assignment "*" --force
+
+grade: install
+	$(BIN)/python -m autograder.grade
+
+normalize: install
+	$(BIN)/python -m autograder.notebooks normalize lessons/*.ipynb solutions/*/*.ipynb
+
+clean-grading:
+	rm -rf gradebook.db autograded feedback grades .nbgrader_release

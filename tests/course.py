@@ -1,0 +1,73 @@
+"""Helpers for the autograder proofs: a throw-away copy of the course and submissions in it."""
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+
+from autograder import notebooks as nbu
+
+ROOT = Path(__file__).resolve().parents[1]
+CATALOGUE = ROOT / "tests" / "catalogue"
+
+
+def notebook_name(assignment: str) -> str:
+    (nb,) = sorted((ROOT / "solutions" / assignment).glob("*.ipynb"))
+    return nb.name
+
+
+def source_nb(assignment: str):
+    return nbu.read(ROOT / "solutions" / assignment / notebook_name(assignment))
+
+
+def release_nb(assignment: str):
+    return nbu.read(ROOT / "labs" / assignment / notebook_name(assignment))
+
+
+def load_catalogue(assignment: str):
+    """The module tests/catalogue/<assignment>.py: BUGS = {name: {cell: source}}, ALTERNATIVE = {cell: source}."""
+    path = CATALOGUE / f"{assignment}.py"
+    spec = importlib.util.spec_from_file_location(f"catalogue_{assignment}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def make_course(tmp: Path) -> Path:
+    """A copy of the course's grading inputs (config, solutions, labs) in ``tmp``."""
+    course = tmp / "course"
+    course.mkdir()
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    shutil.copytree(ROOT / "solutions", course / "solutions")
+    shutil.copytree(ROOT / "labs", course / "labs")
+    return course
+
+
+def submit(course: Path, student: str, assignment: str, nb=None, raw: str | None = None) -> Path:
+    """Place a submission the way nbgrader expects: submitted/<student>/<assignment>/<notebook>."""
+    path = course / "submitted" / student / assignment / notebook_name(assignment)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if raw is not None:
+        path.write_text(raw, encoding="utf-8")
+    else:
+        nbformat.write(nb, str(path))
+    return path
+
+
+def run_grade(course: Path, *args: str) -> subprocess.CompletedProcess:
+    """The CLI behind `make grade`, run on the copy."""
+    return subprocess.run([sys.executable, "-m", "autograder.grade", "--course-dir", str(course), *args],
+                          capture_output=True, text=True, cwd=course)
+
+
+def cell_scores(course: Path, student: str, assignment: str) -> dict[str, tuple[float | None, float]]:
+    """{grade_id: (score, max)} for every graded cell of a graded submission, from the gradebook."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        sub = gb.find_submission(assignment, student)
+        return {g.name: (g.score, g.max_score) for nb in sub.notebooks for g in nb.grades}
