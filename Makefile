@@ -11,6 +11,8 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export WANDB_MODE ?= offline
 # CI machines have 2 cores; parallel pytest workers (pytest-xdist).
 JOBS ?= 2
+# Jupyter refuses to run as root unless told to (containers and CI machines often are root).
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: lab test labs grade install test-fast normalize clean-grading help
 
@@ -33,7 +35,7 @@ install: $(STAMP)
 
 lab: install
 	@echo "Starting JupyterLab: open the http://127.0.0.1:8888/lab?token=... URL printed below."
-	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --ServerApp.root_dir=$(CURDIR)
+	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --ServerApp.root_dir=$(CURDIR) $(ALLOW_ROOT)
 
 test: install
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup --nbval-lax --nbval-current-env \

@@ -1,0 +1,90 @@
+"""The helper package: self-check logic, synthetic data, device choice, models, check helpers."""
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+import trainkit
+from autograder.checks import expect, expect_close, expect_raises, expect_std, substitute
+from trainkit import selfcheck
+from trainkit.data import MarkovSource, uniform_loss
+from trainkit.models import GPTConfig, TinyGPT, mlp
+
+
+def test_selfcheck_hides_and_checks_answers(capsys):
+    token = selfcheck.encode("b")
+    assert "b" != token and selfcheck.decode(token) == "b"
+    q = selfcheck.choice("?", ["x", "y", "z"], answer=token, explanation=selfcheck.encode("because"))
+    assert not q.check("a") and "Not quite" in capsys.readouterr().out
+    assert q.check("B") and "because" in capsys.readouterr().out
+    n = selfcheck.number("?", answer=selfcheck.encode("0.0255"), rel_tol=0.05)
+    assert n.check(0.026) and not n.check(0.044) and not n.check("not a number")
+    assert "0.0255" in n.reveal()
+
+
+def test_selfcheck_rejects_malformed_questions():
+    with pytest.raises(ValueError):
+        selfcheck.choice("?", ["x", "y"], answer=selfcheck.encode("c"))
+    with pytest.raises(ValueError):
+        selfcheck.number("?", answer=selfcheck.encode("many"))
+
+
+def test_markov_source_entropy_rate_matches_sampled_loss():
+    source = MarkovSource(vocab_size=16, sharpness=2.0, seed=1)
+    x, y = source.sample(256, 256, generator=torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (256, 256) and torch.equal(x[:, 1:], y[:, :-1])
+    nll = -torch.log(source.P[x, y]).mean().item()  # the true model's loss on its own samples
+    assert nll == pytest.approx(source.entropy_rate(), rel=0.02)
+    assert source.entropy_rate() < uniform_loss(16) == pytest.approx(math.log(16))
+
+
+def test_device_helpers(monkeypatch):
+    monkeypatch.setenv("TRAINKIT_FORCE_CPU", "1")
+    assert trainkit.pick_device().type == "cpu"
+    assert trainkit.by_device(cpu=1, gpu=2) == 1
+    assert trainkit.by_device(cpu=1, gpu=2, device=torch.device("cuda")) == 2
+
+
+def test_setup_notebook_strict_mode_turns_warnings_into_errors(monkeypatch):
+    monkeypatch.setenv("TRAINKIT_STRICT_WARNINGS", "1")
+    with warnings.catch_warnings():
+        trainkit.setup_notebook(seed=0)
+        with pytest.raises(UserWarning):
+            warnings.warn("x")
+    with warnings.catch_warnings():
+        trainkit.setup_notebook(seed=0, quiet_warnings=True)  # labs: quiet even in strict mode
+        warnings.warn("x")
+
+
+def test_models_run_and_tie():
+    model = TinyGPT(GPTConfig(tie_weights=True))
+    assert model.lm_head.weight is model.transformer.wte.weight
+    logits, loss = model(torch.zeros(2, 8, dtype=torch.long), torch.zeros(2, 8, dtype=torch.long))
+    assert logits.shape == (2, 8, 64) and loss.ndim == 0
+    assert mlp(4, 8, 2, 3)(torch.randn(5, 4)).shape == (5, 3)
+
+
+def test_check_helpers_fail_with_clear_messages():
+    expect_close(torch.ones(3), torch.ones(3), "ones")
+    with pytest.raises(AssertionError, match=r"lr at step 0: expected 0, got 0.0003"):
+        expect_close(3e-4, 0.0, "lr at step 0", atol=1e-12)
+    with pytest.raises(AssertionError, match="expected shape"):
+        expect_close(torch.ones(2), torch.ones(3), "shape")
+    with pytest.raises(AssertionError, match="forget to return"):
+        expect_close(None, 1.0, "value")
+    with pytest.raises(AssertionError, match="expected ValueError, but nothing was raised"):
+        expect_raises(ValueError, lambda: None, "f()")
+    with pytest.raises(AssertionError, match="expected ValueError, got KeyError"):
+        expect_raises(ValueError, lambda: {}["k"], "f()")
+    assert expect_raises(ValueError, lambda: int("x"), "int('x')") is None
+    with pytest.raises(AssertionError, match="expected std"):
+        expect_std(torch.randn(10_000), 2.0, "w")
+    with pytest.raises(AssertionError, match="boom"):
+        expect(False, "boom")
+    ns = {"f": 1}
+    with substitute(ns, f=2, g=3):
+        assert ns == {"f": 2, "g": 3}
+    assert ns == {"f": 1}
