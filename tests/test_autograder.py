@@ -5,7 +5,9 @@ One grading run per assignment holds five submissions:
   blank        the release notebook untouched                          -> 0, and the run completes
   alternative  a correct solution written differently (catalogue)      -> full autograded marks
   warning      the reference, with a warning emitted in every test cell -> full marks all the same
+  buggy        the first catalogued bug                                -> loses points in its exercise only
   broken       not a notebook at all (invalid JSON)                    -> listed as FAILED, others graded
+The buggy submission cross-checks the fast grader of tests/test_catalogue.py against nbgrader itself.
 """
 from __future__ import annotations
 
@@ -30,6 +32,9 @@ def expect(condition, message):
 '''
 
 
+STUDENTS = {"perfect", "blank", "alternative", "warning", "buggy", "broken"}
+
+
 def autograded(scores):
     """Only the autograded cells: test cells (manual cells have no automatic score)."""
     return {k: v for k, v in scores.items() if k.startswith("test_")}
@@ -46,6 +51,8 @@ def graded(request, tmp_path_factory):
     submit(course, "blank", assignment, release)
     submit(course, "alternative", assignment, nbu.fill(release, {**reference, **load_catalogue(assignment).ALTERNATIVE}))
     submit(course, "warning", assignment, nbu.fill(release, {**reference, first: reference[first] + WARNING_PREAMBLE}))
+    bug = next(iter(load_catalogue(assignment).BUGS.values()))
+    submit(course, "buggy", assignment, nbu.fill(release, {**reference, **bug}))
     submit(course, "broken", assignment, raw='{"this is": "not a notebook"')
     proc = run_grade(course, "--assignment", assignment)
     return assignment, course, proc
@@ -55,8 +62,8 @@ def test_grading_run_completes_and_reports_the_broken_submission(graded):
     assignment, course, proc = graded
     assert proc.returncode == 1, f"one submission is broken, so grade should exit 1:\n{proc.stdout}\n{proc.stderr}"
     lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.split() and line.split()[0] in
-             {"perfect", "blank", "alternative", "warning", "broken"}}
-    assert set(lines) == {"perfect", "blank", "alternative", "warning", "broken"}, proc.stdout
+             STUDENTS}
+    assert set(lines) == STUDENTS, proc.stdout
     assert "FAILED" in lines["broken"] and all("FAILED" not in lines[s] for s in lines if s != "broken"), proc.stdout
 
 
@@ -89,6 +96,16 @@ def test_harmless_warning_does_not_zero_a_test_cell(graded):
     assert not lost, f"warnings in test cells cost points in {lost}"
     html = next((course / "feedback" / "warning" / assignment).glob("*.html")).read_text(encoding="utf-8")
     assert "a harmless library warning" in html, "the warning text should stay visible in the feedback"
+
+
+def test_a_catalogued_bug_loses_only_its_exercise_points_under_nbgrader(graded):
+    assignment, course, _ = graded
+    (exercise,) = set(next(iter(load_catalogue(assignment).BUGS.values())))
+    per_exercise = nbu.by_exercise(autograded(cell_scores(course, "buggy", assignment)))
+    got, out_of = per_exercise[exercise]
+    assert got < out_of, f"the bug in {exercise!r} was not caught by nbgrader: {got}/{out_of}"
+    others = {k: v for k, v in per_exercise.items() if k != exercise and v[0] != v[1]}
+    assert not others, f"the bug in {exercise!r} cost points elsewhere under nbgrader: {others}"
 
 
 def test_feedback_and_csv_are_written(graded):
