@@ -13,6 +13,7 @@ from autograder import notebooks as nbu
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOGUE = ROOT / "tests" / "catalogue"
+ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
 def notebook_name(assignment: str) -> str:

@@ -17,8 +17,7 @@ import warnings
 import pytest
 
 from autograder import notebooks as nbu
-from course import cell_scores, load_catalogue, make_course, release_nb, run_grade, source_nb, submit
-from conftest import ASSIGNMENTS
+from course import ASSIGNMENTS, cell_scores, load_catalogue, make_course, release_nb, run_grade, source_nb, submit
 
 # Undo the locked setup cell's warning filter and emit a warning from every test cell (each calls expect),
 # the way a chatty library would. nbgrader alone would give those cells 0 points.

@@ -12,8 +12,7 @@ import pytest
 from jupyter_client.manager import KernelManager
 
 from autograder import notebooks as nbu
-from course import CATALOGUE, load_catalogue, source_nb
-from conftest import ASSIGNMENTS
+from course import ASSIGNMENTS, CATALOGUE, load_catalogue, source_nb
 
 CASES = [(a, bug) for a in ASSIGNMENTS if (CATALOGUE / f"{a}.py").exists() for bug in load_catalogue(a).BUGS]
 
