@@ -17,6 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent
 os.environ["TRAINKIT_STRICT_WARNINGS"] = "1"
 os.environ.setdefault("WANDB_MODE", "offline")
+# Two xdist workers already fill the two cores: one PyTorch/BLAS thread per kernel avoids oversubscription.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # nbgrader and the notebook kernels are started as subprocesses: the venv's executables come first.
 os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
