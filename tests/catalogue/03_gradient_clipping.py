@@ -1,0 +1,379 @@
+"""Lab 3 catalogue: plausible buggy implementations, and a correct one written differently.
+
+BUGS maps a bug's name to {solution cell grade_id: the buggy source of that cell}; each must lose its
+exercise's points and nothing else (tests/test_catalogue.py). ALTERNATIVE must keep full marks
+(tests/test_autograder.py).
+"""
+
+# A correct clip that the clip bugs below start from (each bug changes one thing).
+CLIP_OK = '''
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False):
+    if isinstance(parameters, torch.Tensor):
+        parameters = [parameters]
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return torch.tensor(0.0)
+    norm_type = float(norm_type)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g, norm_type) for g in grads]), norm_type)
+    if error_if_nonfinite and not torch.isfinite(total):
+        raise RuntimeError("non-finite total norm")
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(coef)
+    return total
+'''
+
+DETECTOR_OK = '''
+class SpikeDetector:
+    def __init__(self, window=50, factor=5.0, min_history=10):
+        if window < 1 or not 1 <= min_history <= window or factor <= 0:
+            raise ValueError("bad arguments")
+        self.window, self.factor, self.min_history = window, factor, min_history
+        self.history = deque(maxlen=window)
+
+    def is_anomaly(self, grad_norm):
+        norm = float(grad_norm)
+        if not math.isfinite(norm):
+            return True
+        if len(self.history) >= self.min_history and norm > self.factor * statistics.median(self.history):
+            return True
+        self.history.append(norm)
+        return False
+'''
+
+GUARD_OK = '''
+class GuardedStep:
+    def __init__(self, optimizer, max_norm, detector=None):
+        self.optimizer, self.max_norm, self.detector = optimizer, max_norm, detector
+        self.num_steps, self.num_skipped = 0, 0
+        self.skip_reasons = {"loss": 0, "grad_norm": 0, "anomaly": 0}
+        self.last_grad_norm = math.nan
+
+    def __call__(self, loss):
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        self.last_grad_norm = float(clip_grad_norm_(params, self.max_norm))
+        reason = None
+        if not torch.isfinite(loss).all():
+            reason = "loss"
+        elif not math.isfinite(self.last_grad_norm):
+            reason = "grad_norm"
+        elif self.detector is not None and self.detector.is_anomaly(self.last_grad_norm):
+            reason = "anomaly"
+        if reason is None:
+            self.optimizer.step()
+            self.num_steps += 1
+        else:
+            self.num_skipped += 1
+            self.skip_reasons[reason] += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        return reason is None
+'''
+
+ACCUM_OK = '''
+def accumulation_step(model, optimizer, micro_batches, loss_fn, max_norm):
+    optimizer.zero_grad(set_to_none=True)
+    total = sum(x.shape[0] for x, _ in micro_batches)
+    loss_sum = 0.0
+    for x, y in micro_batches:
+        weight = x.shape[0] / total
+        loss = loss_fn(model(x), y)
+        (loss * weight).backward()
+        loss_sum += loss.item() * weight
+    norm = clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return loss_sum, float(norm)
+'''
+
+
+def _swap(source: str, old: str, new: str) -> str:
+    """One edit to a correct source; fails loudly if the text to replace is not there exactly once."""
+    assert source.count(old) == 1, f"catalogue edit not found exactly once: {old!r}"
+    return source.replace(old, new)
+
+
+BUGS = {
+    # --- exercise 1: clip_grad_norm_
+    "clip_consumes_generator": {"clip_grad_norm": '''
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False):
+    # the seed's manual_gradient_clip: iterates `parameters` twice
+    if isinstance(parameters, torch.Tensor):
+        parameters = [parameters]
+    norms = [torch.linalg.vector_norm(p.grad, float(norm_type)) for p in parameters if p.grad is not None]
+    if not norms:
+        return torch.tensor(0.0)
+    total = torch.linalg.vector_norm(torch.stack(norms), float(norm_type))
+    if error_if_nonfinite and not torch.isfinite(total):
+        raise RuntimeError("non-finite total norm")
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for p in parameters:
+        if p.grad is not None:
+            p.grad.mul_(coef)
+    return total
+'''},
+    "clip_returns_post_clip_norm": {"clip_grad_norm": _swap(CLIP_OK, "    return total\n", "    return total * coef\n")},
+    "clip_branches_on_coef": {"clip_grad_norm": _swap(CLIP_OK, '''    for g in grads:
+        g.mul_(coef)''', '''    if coef < 1:                      # the seed's branch: a NaN coefficient never scales anything
+        for g in grads:
+            g.mul_(coef)''')},
+    "clip_each_tensor_separately": {"clip_grad_norm": _swap(CLIP_OK, '''    for g in grads:
+        g.mul_(coef)''', '''    for g in grads:
+        g.mul_(torch.clamp(max_norm / (torch.linalg.vector_norm(g, norm_type) + 1e-6), max=1.0))''')},
+    "clip_power_sum_breaks_inf_norm": {"clip_grad_norm": _swap(CLIP_OK,
+        "    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g, norm_type) for g in grads]), norm_type)",
+        "    total = sum(g.abs().pow(norm_type).sum() for g in grads) ** (1.0 / norm_type)")},
+    "clip_selects_by_requires_grad": {"clip_grad_norm": _swap(CLIP_OK,
+        "    grads = [p.grad for p in parameters if p.grad is not None]",
+        "    grads = [p.grad for p in parameters if p.requires_grad]")},
+    "clip_raises_after_scaling": {"clip_grad_norm": _swap(CLIP_OK, '''    if error_if_nonfinite and not torch.isfinite(total):
+        raise RuntimeError("non-finite total norm")
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(coef)''', '''    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(coef)
+    if error_if_nonfinite and not torch.isfinite(total):
+        raise RuntimeError("non-finite total norm")''')},
+    "clip_ignores_error_if_nonfinite": {"clip_grad_norm": _swap(CLIP_OK, '''    if error_if_nonfinite and not torch.isfinite(total):
+        raise RuntimeError("non-finite total norm")
+''', "")},
+    "clip_replaces_grad_tensors": {"clip_grad_norm": '''
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False):
+    params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+    params = [p for p in params if p.grad is not None]
+    if not params:
+        return torch.tensor(0.0)
+    norm_type = float(norm_type)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad, norm_type) for p in params]), norm_type)
+    if error_if_nonfinite and not torch.isfinite(total):
+        raise RuntimeError("non-finite total norm")
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for p in params:
+        p.grad = p.grad * coef            # a new tensor, not in place
+    return total
+'''},
+    "clip_without_epsilon": {"clip_grad_norm": _swap(CLIP_OK, "max_norm / (total + 1e-6)", "max_norm / total")},
+    "clip_iterates_a_single_tensor": {"clip_grad_norm": _swap(CLIP_OK, '''    if isinstance(parameters, torch.Tensor):
+        parameters = [parameters]
+''', "")},
+    # --- exercise 2: SpikeDetector
+    "detector_records_anomalies": {"spike_detector": _swap(DETECTOR_OK, '''            return True
+        self.history.append(norm)''', '''            self.history.append(norm)
+            return True
+        self.history.append(norm)''')},
+    "detector_mean_not_median": {"spike_detector": _swap(DETECTOR_OK, "statistics.median(self.history)",
+                                                         "statistics.fmean(self.history)")},
+    "detector_lower_median": {"spike_detector": _swap(DETECTOR_OK, "statistics.median(self.history)",
+                                                      "float(torch.tensor(list(self.history)).median())")},
+    "detector_unbounded_history": {"spike_detector": _swap(DETECTOR_OK, "deque(maxlen=window)", "deque()")},
+    "detector_nan_slips_through": {"spike_detector": _swap(DETECTOR_OK, '''        if not math.isfinite(norm):
+            return True
+''', "")},
+    "detector_flags_at_equality": {"spike_detector": _swap(DETECTOR_OK, "norm > self.factor", "norm >= self.factor")},
+    "detector_no_warmup": {"spike_detector": _swap(DETECTOR_OK, "len(self.history) >= self.min_history",
+                                                   "len(self.history) > 0")},
+    # --- exercise 3: GuardedStep
+    "guard_checks_only_the_loss": {"guarded_step": _swap(GUARD_OK, '''        elif not math.isfinite(self.last_grad_norm):
+            reason = "grad_norm"
+''', "")},
+    "guard_zeroes_grads_and_steps_anyway": {"guarded_step": _swap(GUARD_OK, '''        if reason is None:
+            self.optimizer.step()
+            self.num_steps += 1
+        else:
+            self.num_skipped += 1
+            self.skip_reasons[reason] += 1''', '''        if reason is None:
+            self.num_steps += 1
+        else:
+            self.optimizer.zero_grad(set_to_none=False)   # "skip" by zeroing the gradient ...
+            self.num_skipped += 1
+            self.skip_reasons[reason] += 1
+        self.optimizer.step()                              # ... and stepping anyway''')},
+    "guard_never_clips": {"guarded_step": _swap(GUARD_OK,
+        "        self.last_grad_norm = float(clip_grad_norm_(params, self.max_norm))",
+        "        self.last_grad_norm = float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None])))")},
+    "guard_keeps_bad_gradients": {"guarded_step": _swap(GUARD_OK, '''            self.skip_reasons[reason] += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        return reason is None''', '''            self.skip_reasons[reason] += 1
+            return False
+        self.optimizer.zero_grad(set_to_none=True)
+        return True''')},
+    "guard_asks_detector_first": {"guarded_step": _swap(GUARD_OK, '''        reason = None
+        if not torch.isfinite(loss).all():''', '''        reason = None
+        if self.detector is not None and self.detector.is_anomaly(self.last_grad_norm):
+            reason = "anomaly"
+        elif not torch.isfinite(loss).all():''')},
+    "guard_counts_every_call_as_a_step": {"guarded_step": _swap(GUARD_OK, '''            self.optimizer.step()
+            self.num_steps += 1
+        else:''', '''            self.optimizer.step()
+        else:''').replace("        self.optimizer.zero_grad(set_to_none=True)\n        return reason is None",
+                          "        self.num_steps += 1\n        self.optimizer.zero_grad(set_to_none=True)\n        return reason is None")},
+    "guard_steps_then_checks": {"guarded_step": '''
+class GuardedStep:
+    def __init__(self, optimizer, max_norm, detector=None):
+        self.optimizer, self.max_norm, self.detector = optimizer, max_norm, detector
+        self.num_steps, self.num_skipped = 0, 0
+        self.skip_reasons = {"loss": 0, "grad_norm": 0, "anomaly": 0}
+        self.last_grad_norm = math.nan
+
+    def __call__(self, loss):
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        self.last_grad_norm = float(clip_grad_norm_(params, self.max_norm))
+        self.optimizer.step()                      # checked too late: the damage is done
+        self.optimizer.zero_grad(set_to_none=True)
+        if not torch.isfinite(loss).all():
+            reason = "loss"
+        elif not math.isfinite(self.last_grad_norm):
+            reason = "grad_norm"
+        elif self.detector is not None and self.detector.is_anomaly(self.last_grad_norm):
+            reason = "anomaly"
+        else:
+            self.num_steps += 1
+            return True
+        self.num_skipped += 1
+        self.skip_reasons[reason] += 1
+        return False
+'''},
+    # --- exercise 4: accumulation_step
+    "accum_divides_by_number_of_micro_batches": {"accumulation_step": _swap(ACCUM_OK,
+        "        weight = x.shape[0] / total", "        weight = 1 / len(micro_batches)")},
+    "accum_no_loss_scaling": {"accumulation_step": _swap(ACCUM_OK, "        (loss * weight).backward()",
+                                                         "        loss.backward()")},
+    "accum_clips_every_micro_batch": {"accumulation_step": _swap(ACCUM_OK, '''        (loss * weight).backward()
+        loss_sum += loss.item() * weight
+    norm = clip_grad_norm_(model.parameters(), max_norm)''', '''        (loss * weight).backward()
+        loss_sum += loss.item() * weight
+        norm = clip_grad_norm_(model.parameters(), max_norm)''')},
+    "accum_keeps_stale_gradients": {"accumulation_step": _swap(ACCUM_OK, "    optimizer.zero_grad(set_to_none=True)\n", "")},
+    "accum_returns_last_micro_batch_loss": {"accumulation_step": _swap(ACCUM_OK, "    return loss_sum, float(norm)",
+                                                                       "    return loss.item(), float(norm)")},
+    "accum_one_forward_on_the_whole_batch": {"accumulation_step": '''
+def accumulation_step(model, optimizer, micro_batches, loss_fn, max_norm):
+    optimizer.zero_grad(set_to_none=True)
+    x = torch.cat([x for x, _ in micro_batches])
+    y = torch.cat([y for _, y in micro_batches])
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    norm = clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return loss.item(), float(norm)
+'''},
+    # --- exercise 5: self-check answers
+    "answer_q1_l2_instead_of_inf": {"answers": '''
+q1_inf_norm = 13.0
+q2_first_entry_after_clip = 1.5
+q3_small_micro_batch_weight = 0.25
+'''},
+    "answer_q2_forgets_to_clip": {"answers": '''
+q1_inf_norm = 12.0
+q2_first_entry_after_clip = 3.0
+q3_small_micro_batch_weight = 0.25
+'''},
+    "answer_q3_one_over_n": {"answers": '''
+q1_inf_norm = 12.0
+q2_first_entry_after_clip = 1.5
+q3_small_micro_batch_weight = 1 / 3
+'''},
+}
+
+# Correct, but written differently from the reference: one flattened vector for the norm, a sorted-list
+# median, a guard built around a tensor-valued check, and accumulation through a detached running sum.
+ALTERNATIVE = {
+    "clip_grad_norm": '''
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False):
+    params = [parameters] if torch.is_tensor(parameters) else tuple(parameters)
+    grads = [p.grad for p in params if p.grad is not None]
+    if len(grads) == 0:
+        return torch.tensor(0.0)
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    if math.isinf(norm_type):
+        total = flat.abs().max()
+    else:
+        total = flat.abs().pow(norm_type).sum().pow(1.0 / norm_type)
+    if error_if_nonfinite and (total.isnan() or total.isinf()):
+        raise RuntimeError(f"cannot clip gradients whose total norm is {total.item()}")
+    scale = torch.minimum(max_norm / (total + 1e-6), torch.ones_like(total))
+    for g in grads:
+        g.mul_(scale)
+    return total
+''',
+    "spike_detector": '''
+class SpikeDetector:
+    def __init__(self, window=50, factor=5.0, min_history=10):
+        if not (window >= 1 and 1 <= min_history <= window and factor > 0):
+            raise ValueError(f"invalid detector settings {window}, {factor}, {min_history}")
+        self.window, self.factor, self.min_history = window, factor, min_history
+        self.history = []
+
+    def _median(self):
+        s = sorted(self.history)
+        mid = len(s) // 2
+        return s[mid] if len(s) % 2 else 0.5 * (s[mid - 1] + s[mid])
+
+    def is_anomaly(self, grad_norm):
+        value = float(grad_norm)
+        spike = (value != value or value in (math.inf, -math.inf)
+                 or (len(self.history) >= self.min_history and value > self.factor * self._median()))
+        if not spike:
+            self.history = (self.history + [value])[-self.window:]
+        return spike
+''',
+    "guarded_step": '''
+class GuardedStep:
+    REASONS = ("loss", "grad_norm", "anomaly")
+
+    def __init__(self, optimizer, max_norm, detector=None):
+        self.optimizer = optimizer
+        self.max_norm = max_norm
+        self.detector = detector
+        self.skip_reasons = dict.fromkeys(self.REASONS, 0)
+        self.num_steps = 0
+        self.last_grad_norm = float("nan")
+
+    @property
+    def num_skipped(self):
+        return sum(self.skip_reasons.values())
+
+    def _reason(self, loss, norm):
+        if not bool(torch.isfinite(loss).all()):
+            return "loss"
+        if not bool(torch.isfinite(norm)):
+            return "grad_norm"
+        if self.detector is not None and self.detector.is_anomaly(float(norm)):
+            return "anomaly"
+        return None
+
+    def __call__(self, loss):
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        norm = clip_grad_norm_(params, self.max_norm)
+        self.last_grad_norm = float(norm)
+        reason = self._reason(loss, norm)
+        try:
+            if reason is None:
+                self.optimizer.step()
+                self.num_steps += 1
+                return True
+            self.skip_reasons[reason] += 1
+            return False
+        finally:
+            self.optimizer.zero_grad(set_to_none=True)
+''',
+    "accumulation_step": '''
+def accumulation_step(model, optimizer, micro_batches, loss_fn, max_norm):
+    for p in model.parameters():
+        p.grad = None
+    sizes = [len(x) for x, _ in micro_batches]
+    n_total = float(sum(sizes))
+    running = torch.zeros((), dtype=torch.float64)
+    for (x, y), n in zip(micro_batches, sizes):
+        part = loss_fn(model(x), y) * (n / n_total)
+        part.backward()
+        running += part.detach().double().cpu()
+    pre_clip = clip_grad_norm_(list(model.parameters()), max_norm)
+    optimizer.step()
+    return float(running), pre_clip.item()
+''',
+    "answers": '''
+q1_inf_norm = 12
+q2_first_entry_after_clip = 1.5
+q3_small_micro_batch_weight = 4 / (6 + 6 + 4)
+''',
+}
