@@ -14,13 +14,14 @@ JOBS ?= 2
 # Jupyter refuses to run as root unless told to (containers and CI machines often are root).
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test labs grade install test-fast normalize clean-grading help
+.PHONY: lab test test-gpu labs grade install normalize clean-grading help
 
 help:
 	@echo "make lab    start JupyterLab on the course (installs what it needs the first time)"
 	@echo "make test   run the whole test suite (notebooks, autograder proofs, packaging)"
 	@echo "make labs   regenerate labs/ from solutions/ (nbgrader generate_assignment)"
 	@echo "make grade  autograde submitted/<student>/<assignment>/, write feedback/ and grades/grades.csv"
+	@echo "make test-gpu  CUDA-only checks (skip without a GPU) and the mixed-precision speed/memory table"
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +41,11 @@ lab: install
 test: install
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup --nbval-lax --nbval-current-env \
 	  --nbval-cell-timeout=600 tests lessons solutions
+
+# CUDA-only checks of every topic (they skip, with a reason, where there is no GPU) and a speed/memory table.
+test-gpu: install
+	$(BIN)/python -m pytest -v -rs tests/test_gpu.py
+	$(BIN)/python benchmarks/mixed_precision.py
 
 labs: install
 	$(BIN)/nbgrader generate_assignment "*" --force

@@ -1,0 +1,277 @@
+"""Lab 5 catalogue: plausible mixed-precision bugs, and a correct implementation written differently.
+
+BUGS maps a bug's name to {solution cell grade_id: the buggy source of that cell}; each must lose its
+exercise's points and nothing else (tests/test_catalogue.py). ALTERNATIVE must keep full marks
+(tests/test_autograder.py).
+"""
+
+FORMAT_OK = '''
+def float_format(exponent_bits, mantissa_bits, finite_only=False):
+    e, m = exponent_bits, mantissa_bits
+    bias = 2 ** (e - 1) - 1
+    top = 2 ** e - 1 if finite_only else 2 ** e - 2
+    frac = (2 ** m - 2) if finite_only else (2 ** m - 1)
+    return {"bits": 1 + e + m, "bias": bias, "eps": 2.0 ** -m,
+            "max": (1 + frac / 2 ** m) * 2.0 ** (top - bias),
+            "smallest_normal": 2.0 ** (1 - bias), "smallest_subnormal": 2.0 ** (1 - bias - m)}
+'''
+
+SCALER_OK = '''
+class LossScaler:
+    def __init__(self, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):
+        self.s = float(init_scale)
+        self.gf, self.bf, self.gi = growth_factor, backoff_factor, growth_interval
+        self.good = 0
+        self.unscaled = False
+        self.found_inf = False
+
+    def get_scale(self):
+        return self.s
+
+    def scale(self, loss):
+        return loss * self.s
+
+    def unscale_(self, optimizer):
+        if self.unscaled:
+            raise RuntimeError("unscale_ twice")
+        found = False
+        with torch.no_grad():
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        p.grad.div_(self.s)
+                        found = found or not bool(torch.isfinite(p.grad).all())
+        self.found_inf, self.unscaled = found, True
+
+    def step(self, optimizer):
+        if not self.unscaled:
+            self.unscale_(optimizer)
+        if self.found_inf:
+            return False
+        optimizer.step()
+        return True
+
+    def update(self):
+        if self.found_inf:
+            self.s *= self.bf
+            self.good = 0
+        else:
+            self.good += 1
+            if self.good == self.gi:
+                if self.s * self.gf <= torch.finfo(torch.float32).max:
+                    self.s *= self.gf
+                self.good = 0
+        self.unscaled = False
+        self.found_inf = False
+'''
+
+STEP_OK = '''
+def amp_train_step(model, optimizer, scaler, x, y, *, dtype, max_norm):
+    optimizer.zero_grad(set_to_none=True)
+    with torch.amp.autocast(x.device.type, dtype=dtype):
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return {"loss": loss.item(), "grad_norm": norm.item(), "skipped": not math.isfinite(norm.item())}
+'''
+
+MEMORY_OK = '''
+def training_memory(model, mode, optimizer="adamw"):
+    table = {"fp32": (4, 4, 4, 0), "autocast_bf16": (4, 4, 4, 0), "pure_bf16": (2, 2, 2, 0),
+             "bf16_fp32_master": (2, 2, 4, 4)}
+    states = {"sgd": 0, "sgd_momentum": 1, "adamw": 2}
+    if mode not in table or optimizer not in states:
+        raise ValueError((mode, optimizer))
+    w, g, s, master = table[mode]
+    params = list(model.parameters())
+    n = sum(p.numel() for p in params)
+    n_train = sum(p.numel() for p in params if p.requires_grad)
+    linear = {id(p): p.numel() for mod in model.modules() if isinstance(mod, nn.Linear) for p in mod.parameters(recurse=False)}
+    out = {"weights": w * n, "grads": g * n_train, "optimizer": (s * states[optimizer] + master) * n_train,
+           "cast_copies": 2 * sum(linear.values()) if mode == "autocast_bf16" else 0}
+    out["total"] = sum(out.values())
+    return out
+'''
+
+ANSWERS_OK = '''
+q1_scale_after = 65536.0
+q2_gb_autocast_adamw = 20.8
+q3_clip_order = "b"
+'''
+
+BUGS = {
+    # --- exercise 1: float_format
+    "format_max_forgets_reserved_exponent": {"float_format": FORMAT_OK.replace(
+        "top = 2 ** e - 1 if finite_only else 2 ** e - 2", "top = 2 ** e - 1")},
+    "format_eps_is_unit_roundoff": {"float_format": FORMAT_OK.replace('"eps": 2.0 ** -m', '"eps": 2.0 ** -(m + 1)')},
+    "format_subnormal_off_by_one": {"float_format": FORMAT_OK.replace(
+        '"smallest_subnormal": 2.0 ** (1 - bias - m)', '"smallest_subnormal": 2.0 ** (-bias - m)')},
+    "format_bias_is_2_pow_e_minus_1": {"float_format": FORMAT_OK.replace("bias = 2 ** (e - 1) - 1", "bias = 2 ** (e - 1)")},
+    "format_finite_only_keeps_nan_fraction_count": {"float_format": FORMAT_OK.replace(
+        "frac = (2 ** m - 2) if finite_only else (2 ** m - 1)", "frac = 2 ** m - 1")},
+    # --- exercise 2: LossScaler
+    "scaler_counter_not_reset_on_overflow": {"loss_scaler": SCALER_OK.replace(
+        "            self.s *= self.bf\n            self.good = 0", "            self.s *= self.bf")},
+    "scaler_counter_not_reset_after_growth": {"loss_scaler": SCALER_OK.replace(
+        "                    self.s *= self.gf\n                self.good = 0", "                    self.s *= self.gf")},
+    "scaler_grows_to_inf": {"loss_scaler": SCALER_OK.replace(
+        "if self.s * self.gf <= torch.finfo(torch.float32).max:", "if True:")},
+    "scaler_first_param_group_only": {"loss_scaler": SCALER_OK.replace(
+        "for group in optimizer.param_groups:", "for group in optimizer.param_groups[:1]:")},
+    "scaler_step_unscales_again": {"loss_scaler": SCALER_OK.replace(
+        "        if not self.unscaled:\n            self.unscale_(optimizer)",
+        "        self.unscaled = False\n        self.unscale_(optimizer)")},
+    "scaler_steps_on_overflow": {"loss_scaler": SCALER_OK.replace(
+        "        if self.found_inf:\n            return False\n", "")},
+    "scaler_multiplies_by_scale_in_unscale": {"loss_scaler": SCALER_OK.replace("p.grad.div_(self.s)", "p.grad.mul_(self.s)")},
+    # --- exercise 3: amp_train_step
+    "step_clips_scaled_gradients": {"amp_train_step": STEP_OK.replace(
+        "    scaler.unscale_(optimizer)\n    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n",
+        "    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n    scaler.unscale_(optimizer)\n")},
+    "step_without_autocast": {"amp_train_step": STEP_OK.replace(
+        "with torch.amp.autocast(x.device.type, dtype=dtype):", "if True:")},
+    "step_calls_optimizer_directly": {"amp_train_step": STEP_OK.replace("scaler.step(optimizer)", "optimizer.step()")},
+    "step_never_updates_scale": {"amp_train_step": STEP_OK.replace("    scaler.update()\n", "")},
+    "step_returns_scaled_loss": {"amp_train_step": STEP_OK.replace(
+        "    scaler.scale(loss).backward()", "    loss = scaler.scale(loss)\n    loss.backward()")},
+    "step_no_zero_grad": {"amp_train_step": STEP_OK.replace("    optimizer.zero_grad(set_to_none=True)\n", "")},
+    "step_loss_outside_autocast": {"amp_train_step": STEP_OK.replace(
+        "        logits = model(x)\n        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))",
+        "        logits = model(x)\n    loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))")},
+    "step_norm_after_clipping": {"amp_train_step": STEP_OK.replace(
+        '"grad_norm": norm.item()', '"grad_norm": min(norm.item(), max_norm)')},
+    # --- exercise 4: training_memory
+    "memory_casts_every_parameter": {"training_memory": MEMORY_OK.replace(
+        "2 * sum(linear.values())", "2 * n")},
+    "memory_frozen_params_have_grads": {"training_memory": MEMORY_OK.replace(
+        "n_train = sum(p.numel() for p in params if p.requires_grad)", "n_train = n")},
+    "memory_forgets_master_copy": {"training_memory": MEMORY_OK.replace('"bf16_fp32_master": (2, 2, 4, 4)', '"bf16_fp32_master": (2, 2, 4, 0)')},
+    "memory_pure_bf16_keeps_fp32_states": {"training_memory": MEMORY_OK.replace('"pure_bf16": (2, 2, 2, 0)', '"pure_bf16": (2, 2, 4, 0)')},
+    "memory_counts_tied_weight_twice": {"training_memory": MEMORY_OK.replace(
+        "params = list(model.parameters())", "params = [p for _, p in model.named_parameters(remove_duplicate=False)]")},
+    "memory_seed_halves_everything": {"training_memory": MEMORY_OK.replace(
+        '"autocast_bf16": (4, 4, 4, 0)', '"autocast_bf16": (2, 2, 2, 0)')},
+    # --- exercise 5: self-check answers
+    "answer_q1_no_regrowth": {"answers": ANSWERS_OK.replace("q1_scale_after = 65536.0", "q1_scale_after = 32768.0")},
+    "answer_q2_seed_halves_memory": {"answers": ANSWERS_OK.replace("q2_gb_autocast_adamw = 20.8", "q2_gb_autocast_adamw = 10.4")},
+    "answer_q3_clip_scaled": {"answers": ANSWERS_OK.replace('q3_clip_order = "b"', 'q3_clip_order = "a"')},
+}
+
+# Correct, but written differently from the reference: bit patterns decoded with integer arithmetic, a scaler
+# that keeps its scale in a float32 tensor and unscales with one foreach call, a step that detects the skip from
+# the scale's back-off, and a per-parameter memory walk.
+ALTERNATIVE = {
+    "float_format": '''
+def float_format(exponent_bits, mantissa_bits, finite_only=False):
+    bias = (1 << (exponent_bits - 1)) - 1
+    e_max = (1 << exponent_bits) - (1 if finite_only else 2)          # largest biased exponent of a number
+    f_max = (1 << mantissa_bits) - (2 if finite_only else 1)          # largest fraction there
+    significand = (1 << mantissa_bits) + f_max                        # integer significand, 1.f * 2**m
+    return {
+        "bits": exponent_bits + mantissa_bits + 1,
+        "bias": bias,
+        "eps": math.ldexp(1.0, -mantissa_bits),
+        "max": math.ldexp(float(significand), e_max - bias - mantissa_bits),
+        "smallest_normal": math.ldexp(1.0, 1 - bias),
+        "smallest_subnormal": math.ldexp(1.0, 1 - bias - mantissa_bits),
+    }
+''',
+    "loss_scaler": '''
+class LossScaler:
+    def __init__(self, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):
+        self._scale = torch.tensor(float(init_scale), dtype=torch.float32)
+        self._growth, self._backoff, self._interval = growth_factor, backoff_factor, growth_interval
+        self._tracker = 0
+        self._state = "ready"      # ready -> unscaled -> (update) -> ready
+        self._inf = None
+
+    def get_scale(self):
+        return float(self._scale)
+
+    def scale(self, loss):
+        return loss * self._scale.to(loss.device)
+
+    def unscale_(self, optimizer):
+        if self._state == "unscaled":
+            raise RuntimeError("unscale_() has already been called since the last update()")
+        grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        inv = (1.0 / self._scale.double()).float()
+        if grads:
+            torch._foreach_mul_(grads, [inv.to(t.device) for t in grads])
+        self._inf = any(not torch.isfinite(t).all() for t in grads)
+        self._state = "unscaled"
+
+    def step(self, optimizer):
+        if self._state != "unscaled":
+            self.unscale_(optimizer)
+        if not self._inf:
+            optimizer.step()
+        return not self._inf
+
+    def update(self):
+        if self._inf:
+            self._scale = self._scale * self._backoff
+            self._tracker = 0
+        else:
+            self._tracker += 1
+            if self._tracker >= self._interval:
+                grown = self._scale * self._growth
+                if torch.isfinite(grown):
+                    self._scale = grown
+                self._tracker = 0
+        self._state, self._inf = "ready", None
+''',
+    "amp_train_step": '''
+def amp_train_step(model, optimizer, scaler, x, y, *, dtype, max_norm):
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            p.grad = None
+    with torch.amp.autocast(device_type=x.device.type, dtype=dtype):
+        out = model(x)
+        loss = F.cross_entropy(out.flatten(0, -2), y.flatten())
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    total = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=False)
+    old_scale = scaler.get_scale()
+    scaler.step(optimizer)
+    scaler.update()
+    return {"loss": float(loss), "grad_norm": float(total), "skipped": scaler.get_scale() < old_scale}
+''',
+    "training_memory": '''
+def training_memory(model, mode, optimizer="adamw"):
+    if optimizer not in ("sgd", "sgd_momentum", "adamw"):
+        raise ValueError(f"unknown optimizer {optimizer}")
+    if mode not in ("fp32", "autocast_bf16", "pure_bf16", "bf16_fp32_master"):
+        raise ValueError(f"unknown mode {mode}")
+    k = {"sgd": 0, "sgd_momentum": 1, "adamw": 2}[optimizer]
+    low = mode in ("pure_bf16", "bf16_fp32_master")
+    size = 2 if low else 4
+    state_size = 2 if mode == "pure_bf16" else 4
+    cast_ids = set()
+    if mode == "autocast_bf16":
+        for mod in model.modules():
+            if type(mod) is nn.Linear or isinstance(mod, nn.Linear):
+                cast_ids.update(id(p) for p in mod.parameters(recurse=False))
+    mem = dict.fromkeys(["weights", "grads", "optimizer", "cast_copies"], 0)
+    for p in model.parameters():
+        n = p.numel()
+        mem["weights"] += size * n
+        if id(p) in cast_ids:
+            mem["cast_copies"] += 2 * n
+        if p.requires_grad:
+            mem["grads"] += size * n
+            mem["optimizer"] += k * state_size * n + (4 * n if mode == "bf16_fp32_master" else 0)
+    mem["total"] = mem["weights"] + mem["grads"] + mem["optimizer"] + mem["cast_copies"]
+    return mem
+''',
+    "answers": '''
+q1_scale_after = 2 ** 16
+q2_gb_autocast_adamw = 1.3e9 * (4 + 4 + 8) / 1e9
+q3_clip_order = "B".lower()
+''',
+}
