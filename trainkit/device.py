@@ -51,6 +51,8 @@ def setup_notebook(seed: int = 0, quiet_warnings: bool = False, threads: int | N
     """
     if os.environ.get(STRICT_WARNINGS_ENV, "0") == "1" and not quiet_warnings:
         warnings.simplefilter("error")
+        # ipykernel's own shutdown handler raises a PendingDeprecationWarning: the kernel's, not the notebook's.
+        warnings.filterwarnings("default", category=PendingDeprecationWarning, module="ipykernel")
     elif quiet_warnings:
         warnings.simplefilter("ignore")
     if threads is not None:
