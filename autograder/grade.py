@@ -23,10 +23,7 @@ SCRATCH_RELEASE = ".nbgrader_release"
 
 def nbgrader(course: Path, *args: str, log: Path | None = None) -> bool:
     cmd = [sys.executable, "-m", "nbgrader", *args]
-    # nbgrader runs the `alembic` executable when it creates a gradebook: it must be on PATH even
-    # when the virtual environment is not activated.
-    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
-    proc = subprocess.run(cmd, cwd=course, capture_output=True, text=True, env=env)
+    proc = subprocess.run(cmd, cwd=course, capture_output=True, text=True)
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(f"$ {' '.join(cmd[1:])}\n{proc.stdout}\n{proc.stderr}", encoding="utf-8")
@@ -62,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--course-dir", type=Path, default=Path.cwd(), help="course root (holds nbgrader_config.py)")
     ap.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
     args = ap.parse_args(argv)
+    # nbgrader runs the `alembic` executable when it creates a gradebook (here and in its subprocesses):
+    # it must be on PATH even when the virtual environment is not activated.
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     course = args.course_dir.resolve()
     logs = course / "autograded" / "_logs"
 
@@ -70,38 +70,33 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Nothing to grade: put submissions under {course / 'submitted'}/<student>/<assignment>/<notebook>.ipynb")
         return 2
 
-    failed: list[tuple[str, str, Path]] = []
+    failed: dict[tuple[str, str], str] = {}  # (student, assignment) -> why
     for assignment in sorted({a for _, a in subs}):
+        students = [s for s, a in subs if a == assignment]
         if not (course / "solutions" / assignment).is_dir():
-            for student, a in subs:
-                if a == assignment:
-                    failed.append((student, a, course / "solutions" / assignment))
-            print(f"no source for assignment {assignment!r} in solutions/: skipped")
+            failed.update({(s, assignment): f"no assignment {assignment!r} in solutions/" for s in students})
             continue
         log = logs / f"generate_{assignment}.log"
         if not nbgrader(course, "generate_assignment", assignment, "--force",
                         f"--CourseDirectory.release_directory={SCRATCH_RELEASE}", log=log):
-            failed += [(s, a, log) for s, a in subs if a == assignment]
+            failed.update({(s, assignment): f"see {log}" for s in students})
             continue
-        for student, a in subs:
-            if a != assignment:
-                continue
-            log = logs / f"autograde_{student}_{a}.log"
-            print(f"grading {student}/{a} ...", flush=True)
-            if not nbgrader(course, "autograde", a, "--student", student, "--force", log=log):
-                failed.append((student, a, log))
+        for student in students:
+            log = logs / f"autograde_{student}_{assignment}.log"
+            print(f"grading {student}/{assignment} ...", flush=True)
+            if not nbgrader(course, "autograde", assignment, "--student", student, "--force", log=log):
+                failed[(student, assignment)] = f"see {log}"
         nbgrader(course, "generate_feedback", assignment, "--force", log=logs / f"feedback_{assignment}.log")
 
     (course / "grades").mkdir(exist_ok=True)
     csv = course / "grades" / "grades.csv"
     nbgrader(course, "export", f"--to={csv}", log=logs / "export.log")
 
-    failed_keys = {(s, a): log for s, a, log in failed}
     print(f"\n{'student':<20} {'assignment':<28} {'auto score':>12}  status")
     for student, assignment in subs:
         got, out_of, manual = scores(course, student, assignment)
-        if (student, assignment) in failed_keys:
-            status = f"FAILED, see {failed_keys[(student, assignment)]}"
+        if (student, assignment) in failed:
+            status = f"FAILED, {failed[(student, assignment)]}"
         else:
             status = "ok" + (" (written answers await manual grading)" if manual else "")
         print(f"{student:<20} {assignment:<28} {got:>5g} / {out_of:<5g}  {status}")

@@ -37,7 +37,6 @@ def normalize(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
         cell.metadata = nbformat.NotebookNode({k: v for k, v in cell.metadata.items() if k in KEEP_CELL_METADATA})
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
-        cell.pop("attachments", None) if cell.cell_type != "markdown" else None
     return nb
 
 
