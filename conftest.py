@@ -9,10 +9,11 @@ lessons/ and solutions/ alone).
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
+
+from autograder.grade import put_venv_on_path
 
 ROOT = Path(__file__).resolve().parent
 os.environ["TRAINKIT_STRICT_WARNINGS"] = "1"
@@ -20,7 +21,7 @@ os.environ.setdefault("WANDB_MODE", "offline")
 # Two xdist workers already fill the two cores: one PyTorch/BLAS thread per kernel avoids oversubscription.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # nbgrader and the notebook kernels are started as subprocesses: the venv's executables come first.
-os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+put_venv_on_path()
 
 
 @pytest.hookimpl(tryfirst=True)

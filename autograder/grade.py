@@ -21,6 +21,15 @@ from pathlib import Path
 SCRATCH_RELEASE = ".nbgrader_release"
 
 
+def put_venv_on_path() -> None:
+    """Put this interpreter's bin/ first on PATH (for this process and every subprocess).
+
+    nbgrader runs the `alembic` executable when it creates a gradebook, and notebook kernels are found
+    through PATH: both must work even when the virtual environment is not activated.
+    """
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+
+
 def nbgrader(course: Path, *args: str, log: Path | None = None) -> bool:
     cmd = [sys.executable, "-m", "nbgrader", *args]
     proc = subprocess.run(cmd, cwd=course, capture_output=True, text=True)
@@ -59,9 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--course-dir", type=Path, default=Path.cwd(), help="course root (holds nbgrader_config.py)")
     ap.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
     args = ap.parse_args(argv)
-    # nbgrader runs the `alembic` executable when it creates a gradebook (here and in its subprocesses):
-    # it must be on PATH even when the virtual environment is not activated.
-    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    put_venv_on_path()
     course = args.course_dir.resolve()
     logs = course / "autograded" / "_logs"
 

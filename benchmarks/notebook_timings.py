@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from autograder import notebooks as nbu  # noqa: E402
+from autograder.grade import put_venv_on_path  # noqa: E402
 
 
 def time_notebook(path: Path) -> float:
@@ -48,7 +49,7 @@ def main() -> None:
     ap.add_argument("--skip-grading", action="store_true")
     args = ap.parse_args()
     os.environ.setdefault("WANDB_MODE", "offline")
-    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
+    put_venv_on_path()
     rows = []
     for path in sorted([*ROOT.glob("lessons/*.ipynb"), *ROOT.glob("solutions/*/*.ipynb")]):
         rows.append((str(path.relative_to(ROOT)), time_notebook(path)))

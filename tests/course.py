@@ -72,3 +72,17 @@ def cell_scores(course: Path, student: str, assignment: str) -> dict[str, tuple[
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         sub = gb.find_submission(assignment, student)
         return {g.name: (g.score, g.max_score) for nb in sub.notebooks for g in nb.grades}
+
+
+def lost_points(scores: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+    """The entries (cells or exercises) that scored less than their maximum."""
+    return {k: v for k, v in scores.items() if v[0] != v[1]}
+
+
+def assert_bug_isolated(per_exercise: dict[str, tuple[float, float]], exercise: str, what: str) -> None:
+    """A bug in ``exercise`` must lose points there and nowhere else."""
+    assert exercise in per_exercise, f"{what} targets {exercise!r}, which has no test cell"
+    got, out_of = per_exercise[exercise]
+    assert got < out_of, f"{what} in {exercise!r} was not caught: {got}/{out_of}"
+    others = {k: v for k, v in lost_points(per_exercise).items() if k != exercise}
+    assert not others, f"{what} in {exercise!r} also cost points elsewhere: {others}"

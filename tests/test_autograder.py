@@ -12,12 +12,11 @@ The buggy submission cross-checks the fast grader of tests/test_catalogue.py aga
 from __future__ import annotations
 
 import csv
-import warnings
 
 import pytest
 
 from autograder import notebooks as nbu
-from course import ASSIGNMENTS, cell_scores, load_catalogue, make_course, release_nb, run_grade, source_nb, submit
+from course import ASSIGNMENTS, assert_bug_isolated, cell_scores, lost_points, load_catalogue, make_course, release_nb, run_grade, source_nb, submit
 
 # Undo the locked setup cell's warning filter and emit a warning from every test cell (each calls expect),
 # the way a chatty library would. nbgrader alone would give those cells 0 points.
@@ -70,8 +69,7 @@ def test_reference_solution_scores_full_marks(graded):
     assignment, course, _ = graded
     scores = autograded(cell_scores(course, "perfect", assignment))
     assert scores, "no autograded cells found"
-    lost = {k: v for k, v in scores.items() if v[0] != v[1]}
-    assert not lost, f"reference solution lost points in {lost}"
+    assert not lost_points(scores), f"reference solution lost points in {lost_points(scores)}"
 
 
 def test_blank_release_scores_zero(graded):
@@ -84,15 +82,13 @@ def test_blank_release_scores_zero(graded):
 def test_correct_alternative_keeps_full_marks(graded):
     assignment, course, _ = graded
     scores = autograded(cell_scores(course, "alternative", assignment))
-    lost = {k: v for k, v in scores.items() if v[0] != v[1]}
-    assert not lost, f"a correct alternative implementation lost points in {lost}"
+    assert not lost_points(scores), f"a correct alternative implementation lost points in {lost_points(scores)}"
 
 
 def test_harmless_warning_does_not_zero_a_test_cell(graded):
     assignment, course, _ = graded
     scores = autograded(cell_scores(course, "warning", assignment))
-    lost = {k: v for k, v in scores.items() if v[0] != v[1]}
-    assert not lost, f"warnings in test cells cost points in {lost}"
+    assert not lost_points(scores), f"warnings in test cells cost points in {lost_points(scores)}"
     html = next((course / "feedback" / "warning" / assignment).glob("*.html")).read_text(encoding="utf-8")
     assert "a harmless library warning" in html, "the warning text should stay visible in the feedback"
 
@@ -101,10 +97,7 @@ def test_a_catalogued_bug_loses_only_its_exercise_points_under_nbgrader(graded):
     assignment, course, _ = graded
     (exercise,) = set(next(iter(load_catalogue(assignment).BUGS.values())))
     per_exercise = nbu.by_exercise(autograded(cell_scores(course, "buggy", assignment)))
-    got, out_of = per_exercise[exercise]
-    assert got < out_of, f"the bug in {exercise!r} was not caught by nbgrader: {got}/{out_of}"
-    others = {k: v for k, v in per_exercise.items() if k != exercise and v[0] != v[1]}
-    assert not others, f"the bug in {exercise!r} cost points elsewhere under nbgrader: {others}"
+    assert_bug_isolated(per_exercise, exercise, "the first catalogued bug, graded by nbgrader,")
 
 
 def test_feedback_and_csv_are_written(graded):

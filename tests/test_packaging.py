@@ -1,7 +1,6 @@
 """Packaging and repository hygiene: pins agree, labs/ is generated, notebooks are committed clean."""
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
