@@ -30,6 +30,9 @@ $(STAMP): pyproject.toml
 	for ext in formgrader assignment_list course_list validate_assignment; do \
 	  $(BIN)/jupyter server extension enable --sys-prefix nbgrader.server_extensions.$$ext >/dev/null 2>&1; done
 	$(BIN)/jupyter labextension enable --level=sys_prefix @jupyter/nbgrader >/dev/null 2>&1
+# Build matplotlib's font cache now: on a fresh machine the first import writes "Matplotlib is building
+# the font cache" to stderr, which would otherwise land in the first notebook cell that plots.
+	$(BIN)/python -c "import matplotlib.pyplot"
 	touch $(STAMP)
 
 install: $(STAMP)
