@@ -1,8 +1,9 @@
 """Measuring tools for the mixed-precision topic: what autograd keeps, what the GPU allocates, how fast.
 
 - ``FORMATS``: the floating-point formats the course compares, with their bit layout.
-- ``saved_tensor_bytes(fn)``: run ``fn`` (a forward pass) and count the bytes autograd saves for the
-  backward pass, split into activations and low-precision copies of parameters (autocast's casts).
+- ``saved_tensors(fn, params)``: run ``fn`` (a forward pass) and list what autograd saves for the backward
+  pass: activations, parameters, and low-precision copies of parameters (autocast's casts).
+- ``saved_tensor_bytes(fn, exclude=params)``: the same, added up into activations and cast copies.
 - ``cuda_peak_bytes(fn)``: peak CUDA memory allocated while ``fn`` runs, above what was allocated before.
 - ``time_per_call(fn)``: median seconds per call after warm-up, synchronising CUDA.
 
@@ -26,39 +27,71 @@ FORMATS: dict[str, tuple[torch.dtype, int, int]] = {
 }
 
 
-def _is_parameter_cast(t: torch.Tensor) -> bool:
-    """True if ``t`` is (a view of) a dtype conversion of a leaf parameter, as autocast makes them."""
+def _cast_source(t: torch.Tensor, params: dict[str, torch.Tensor]) -> str | None:
+    """The name of the parameter that the saved tensor ``t`` is a low-precision copy of, or None.
+
+    Two ways to recognise one: its autograd history is a dtype conversion of a leaf (autocast's cast of a
+    parameter that requires grad), or its storage holds exactly a parameter's values converted to its
+    dtype (a cast of a frozen parameter has no autograd history).
+    """
+    by_ptr = {p.untyped_storage().data_ptr(): name for name, p in params.items()}
     fn = t.grad_fn
     while fn is not None and type(fn).__name__ != "ToCopyBackward0" and len(fn.next_functions) == 1:
         fn = fn.next_functions[0][0]  # walk back through views and transposes
-    if fn is None or type(fn).__name__ != "ToCopyBackward0":
-        return False
-    source = fn.next_functions[0][0]
-    return source is not None and type(source).__name__ == "AccumulateGrad"
+    if fn is not None and type(fn).__name__ == "ToCopyBackward0":
+        source = fn.next_functions[0][0]
+        if source is not None and type(source).__name__ == "AccumulateGrad":
+            return by_ptr.get(source.variable.untyped_storage().data_ptr())  # None: a cast of an input
+    storage = t.untyped_storage()
+    for name, p in params.items():
+        if p.dtype != t.dtype and p.is_floating_point() and p.numel() * t.element_size() == storage.nbytes():
+            flat = torch.empty(0, dtype=t.dtype, device=t.device).set_(storage)
+            if torch.equal(flat, p.detach().to(t.dtype).flatten()):
+                return name
+    return None
+
+
+def saved_tensors(fn: Callable[[], object], params: dict[str, torch.Tensor] | None = None) -> list[dict]:
+    """What autograd saves for the backward pass while ``fn()`` runs, one record per distinct storage.
+
+    ``params``: the model's named parameters (``dict(model.named_parameters())``). Each record has
+    ``shape``, ``dtype``, ``bytes`` (of the whole storage) and ``kind``: ``"parameter"`` (a parameter
+    itself, which exists anyway), ``"cast copy"`` (a low-precision copy of a parameter, such as autocast
+    makes for a matmul) or ``"activation"``; ``param`` names the parameter for the first two kinds.
+    """
+    params = dict(params or {})
+    own = {p.untyped_storage().data_ptr(): name for name, p in params.items()}
+    seen: dict[int, torch.Tensor] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        seen.setdefault(t.untyped_storage().data_ptr(), t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    records = []
+    for ptr, t in seen.items():
+        if ptr in own:
+            kind, param = "parameter", own[ptr]
+        else:
+            param = _cast_source(t, params)
+            kind = "activation" if param is None else "cast copy"
+        records.append({"shape": tuple(t.shape), "dtype": t.dtype, "bytes": t.untyped_storage().nbytes(),
+                        "kind": kind, "param": param})
+    return records
 
 
 def saved_tensor_bytes(fn: Callable[[], object], exclude: list[torch.Tensor] | tuple = ()) -> dict[str, int]:
     """Bytes of the distinct storages that autograd saves while ``fn()`` runs.
 
-    Returns {"activations": ..., "cast_copies": ...}. Storages of the tensors in ``exclude`` (pass the
-    model's parameters: they exist anyway) are not counted; each storage is counted once, however many
-    operations save it. ``cast_copies`` are saved dtype conversions of parameters that require grad
-    (autocast's casts); a cast of a frozen parameter has no autograd history and counts as an activation.
+    Returns {"activations": ..., "cast_copies": ...}. Pass the model's parameters as ``exclude``: the
+    parameters themselves are not counted (they exist anyway), and a saved low-precision copy of one of them
+    (autocast's cast for a matmul, of a trainable or a frozen parameter) is counted as a cast copy. Each
+    storage is counted once, however many operations save it.
     """
-    skip = {t.untyped_storage().data_ptr() for t in exclude}
-    seen: dict[int, tuple[int, bool]] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        key = storage.data_ptr()
-        if key not in skip and key not in seen:
-            seen[key] = (storage.nbytes(), _is_parameter_cast(t))
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return {"activations": sum(n for n, cast in seen.values() if not cast),
-            "cast_copies": sum(n for n, cast in seen.values() if cast)}
+    records = saved_tensors(fn, {str(i): t for i, t in enumerate(exclude)})
+    return {"activations": sum(r["bytes"] for r in records if r["kind"] == "activation"),
+            "cast_copies": sum(r["bytes"] for r in records if r["kind"] == "cast copy")}
 
 
 def cuda_peak_bytes(fn: Callable[[], object], device: torch.device | str = "cuda") -> int:

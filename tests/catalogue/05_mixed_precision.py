@@ -90,7 +90,7 @@ def training_memory(model, mode, optimizer="adamw"):
     params = list(model.parameters())
     n = sum(p.numel() for p in params)
     n_train = sum(p.numel() for p in params if p.requires_grad)
-    linear = {id(p): p.numel() for mod in model.modules() if isinstance(mod, nn.Linear) for p in mod.parameters(recurse=False)}
+    linear = {id(mod.weight): mod.weight.numel() for mod in model.modules() if isinstance(mod, nn.Linear)}
     out = {"weights": w * n, "grads": g * n_train, "optimizer": (s * states[optimizer] + master) * n_train,
            "cast_copies": 2 * sum(linear.values()) if mode == "autocast_bf16" else 0}
     out["total"] = sum(out.values())
@@ -254,9 +254,9 @@ def training_memory(model, mode, optimizer="adamw"):
     state_size = 2 if mode == "pure_bf16" else 4
     cast_ids = set()
     if mode == "autocast_bf16":
-        for mod in model.modules():
-            if type(mod) is nn.Linear or isinstance(mod, nn.Linear):
-                cast_ids.update(id(p) for p in mod.parameters(recurse=False))
+        for name, mod in model.named_modules():
+            if isinstance(mod, nn.Linear):
+                cast_ids.add(id(mod.get_parameter("weight")))
     mem = dict.fromkeys(["weights", "grads", "optimizer", "cast_copies"], 0)
     for p in model.parameters():
         n = p.numel()
