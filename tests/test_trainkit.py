@@ -88,3 +88,29 @@ def test_check_helpers_fail_with_clear_messages():
     with substitute(ns, f=2, g=3):
         assert ns == {"f": 2, "g": 3}
     assert ns == {"f": 1}
+
+
+def test_log_axes_draw_without_font_messages_when_the_font_list_lacks_matplotlibs_fonts():
+    """A font list without matplotlib's STIX and Computer Modern fonts (a cache written by another installation)
+    made a log axis print ~20 'findfont: ... not found' lines to stderr; the course's subplots() prevents it."""
+    import subprocess
+    import sys
+    script = (
+        "import io, sys\n"
+        "import matplotlib\n"
+        "matplotlib.use('agg')\n"
+        "from matplotlib import font_manager as fm\n"
+        "fm.fontManager.ttflist = [f for f in fm.fontManager.ttflist if not f.name.startswith(('STIX', 'cm'))]\n"
+        "fm.fontManager._findfont_cached.cache_clear()\n"
+        "import matplotlib.pyplot as plt\n"
+        "from trainkit.plotting import label, subplots\n"
+        "fig, ax = plt.subplots() if sys.argv[1] == 'plain' else subplots()\n"
+        "ax.plot([1, 2, 3], [1e-3, 1e-1, 0.5], label='x')\n"
+        "label(ax, 'error', 'k', 'relative error', logy=True)\n"
+        "fig.savefig(io.BytesIO(), format='png')\n"
+    )
+    runs = {how: subprocess.run([sys.executable, "-c", script, how], capture_output=True, text=True, timeout=120)
+            for how in ["plain", "course"]}
+    assert runs["plain"].returncode == 0 and "findfont: Font family ['STIXGeneral'] not found" in runs["plain"].stderr, \
+        "the reproduction no longer reproduces: matplotlib changed how mathtext finds its fonts"
+    assert runs["course"].returncode == 0 and runs["course"].stderr == "", runs["course"].stderr[-2000:]
