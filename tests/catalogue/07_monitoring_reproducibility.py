@@ -1,0 +1,404 @@
+"""Lab 7 catalogue: plausible buggy implementations, and a correct one written differently.
+
+BUGS maps a bug's name to {solution cell grade_id: the buggy source of that cell}; each must lose its
+exercise's points and nothing else (tests/test_catalogue.py). ALTERNATIVE must keep full marks
+(tests/test_autograder.py).
+"""
+
+STEP_OK = '''
+def logged_train_step(model, optimizer, scheduler, batch, step, logger, max_norm=1.0):
+    x, y = batch
+    optimizer.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+    lr = float(optimizer.param_groups[0]["lr"])
+    optimizer.step()
+    scheduler.step()
+    logger.log({"train/loss": loss.item(), "lr": lr, "grad_norm": norm,
+                "clipped": 1.0 if norm > max_norm else 0.0}, step=step)
+    return loss.item()
+'''
+
+METER_OK = '''
+class ThroughputMeter:
+    def __init__(self, warmup_steps=2, clock=time.perf_counter):
+        if warmup_steps < 0:
+            raise ValueError("warmup_steps must be >= 0")
+        self.warmup_steps, self.clock = warmup_steps, clock
+        self._t0 = None
+        self._stopped = 0
+        self._tokens, self._time, self._counted = 0, 0.0, 0
+
+    def start(self):
+        self._t0 = self.clock()
+
+    def stop(self, tokens):
+        if self._t0 is None:
+            raise RuntimeError("stop() without start()")
+        dt = float(self.clock() - self._t0)
+        self._t0 = None
+        self._stopped += 1
+        if self._stopped > self.warmup_steps:
+            self._tokens += tokens
+            self._time += dt
+            self._counted += 1
+        return dt
+
+    @property
+    def steps_counted(self):
+        return self._counted
+
+    @property
+    def tokens_per_s(self):
+        return self._tokens / self._time if self._counted else math.nan
+
+    @property
+    def step_time(self):
+        return self._time / self._counted if self._counted else math.nan
+'''
+
+MANIFEST_OK = '''
+def write_manifest(run_dir, config, data, seed, repo_dir="."):
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=repo_dir, capture_output=True, text=True)
+
+    head = git("rev-parse", "HEAD")
+    if head.returncode == 0:
+        sha, dirty = head.stdout.strip(), bool(git("status", "--porcelain").stdout.strip())
+    else:
+        sha, dirty = "not a git repository", None
+    cpu = data.detach().to("cpu").contiguous()
+    fingerprint = hashlib.sha256(f"{cpu.dtype}|{tuple(cpu.shape)}|".encode())
+    fingerprint.update(cpu.view(torch.uint8).numpy().tobytes() if cpu.numel() else b"")
+    manifest = {
+        "config": config,
+        "config_hash": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
+        "data_fingerprint": fingerprint.hexdigest(),
+        "seed": int(seed),
+        "versions": {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
+                     "cuda": torch.version.cuda},
+        "git_sha": sha,
+        "git_dirty": dirty,
+    }
+    path = Path(run_dir) / "manifest.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(manifest, indent=2))
+    return path
+
+
+def diff_manifests(a, b):
+    out = []
+    for key in set(a) | set(b):
+        if key not in a or key not in b:
+            out.append(key)
+        elif isinstance(a[key], dict) and isinstance(b[key], dict):
+            out += [f"{key}.{sub}" for sub in diff_manifests(a[key], b[key])]
+        elif a[key] != b[key]:
+            out.append(key)
+    return sorted(out)
+'''
+
+ORDER_OK = '''
+def rank_order(n, seed, epoch, rank, world_size):
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError("need world_size >= 1 and 0 <= rank < world_size")
+    order = np.random.default_rng([seed, epoch]).permutation(n)
+    usable = (n // world_size) * world_size
+    return order[:usable][rank::world_size]
+'''
+
+CKPT_OK = '''
+def save_checkpoint(run, path):
+    state = {
+        "model": run.model.state_dict(),
+        "optimizer": run.optimizer.state_dict(),
+        "scheduler": run.scheduler.state_dict(),
+        "step": run.step,
+        "data_gen": run.data_gen.get_state(),
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "numpy_rng": np.random.get_state(),
+        "python_rng": random.getstate(),
+    }
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def load_checkpoint(run, path):
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    run.model.load_state_dict(state["model"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.scheduler.load_state_dict(state["scheduler"])
+    run.step = state["step"]
+    run.data_gen.set_state(state["data_gen"])
+    torch.set_rng_state(state["torch_rng"])
+    if torch.cuda.is_available() and state["cuda_rng"]:
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    np.random.set_state(state["numpy_rng"])
+    random.setstate(state["python_rng"])
+'''
+
+ANSWERS_OK = '''
+q1_tokens_per_s = 10240.0
+q2_distinct_examples = 683.6
+q3_logged_lr_at_step_0 = 1e-5
+'''
+
+
+def _swap(source: str, old: str, new: str) -> str:
+    """One edit to a correct source; fails loudly if the text to replace is not there exactly once."""
+    assert source.count(old) == 1, f"catalogue edit not found exactly once: {old!r}"
+    return source.replace(old, new)
+
+
+BUGS = {
+    # --- exercise 1: logged_train_step
+    "step_logs_lr_after_scheduler": {"logged_train_step": _swap(STEP_OK, '''    lr = float(optimizer.param_groups[0]["lr"])
+    optimizer.step()
+    scheduler.step()
+''', '''    optimizer.step()
+    scheduler.step()
+    lr = float(optimizer.param_groups[0]["lr"])          # the LR of the NEXT step: off by one
+''')},
+    "step_logs_post_clip_norm": {"logged_train_step": _swap(STEP_OK,
+        '''    norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))''',
+        '''    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    norm = float(torch.cat([p.grad.reshape(-1) for p in model.parameters()]).norm())   # after clipping''')},
+    "step_one_based_steps": {"logged_train_step": _swap(STEP_OK, "step=step)", "step=step + 1)")},
+    "step_clipped_inclusive": {"logged_train_step": _swap(STEP_OK, "1.0 if norm > max_norm", "1.0 if norm >= max_norm")},
+    "step_returns_tensor": {"logged_train_step": _swap(STEP_OK, "    return loss.item()\n", "    return loss.detach()\n")},
+    # --- exercise 2: ThroughputMeter
+    "meter_counts_warmup": {"throughput": _swap(METER_OK, "if self._stopped > self.warmup_steps:", "if True:")},
+    "meter_mean_of_rates": {"throughput": _swap(_swap(METER_OK,
+        "            self._tokens += tokens\n", "            self._tokens += tokens / dt\n"),
+        "return self._tokens / self._time if self._counted", "return self._tokens / self._counted if self._counted")},
+    "meter_wall_clock_includes_eval": {"throughput": _swap(_swap(METER_OK,
+        "        self._t0 = self.clock()\n", "        now = self.clock()\n        self._t0 = now\n"
+        "        if self._first is None:\n            self._first = now\n"),
+        "        self._t0 = None\n        self._stopped = 0\n",
+        "        self._t0 = None\n        self._first = None\n        self._stopped = 0\n").replace(
+        "return self._tokens / self._time if self._counted",
+        "return self._tokens / (self.clock() - self._first) if self._counted")},
+    "meter_zero_not_nan": {"throughput": _swap(_swap(METER_OK, "if self._counted else math.nan\n\n", "if self._counted else 0.0\n\n"),
+                                               "self._time / self._counted if self._counted else math.nan",
+                                               "self._time / self._counted if self._counted else 0.0")},
+    "meter_rejects_zero_warmup": {"throughput": _swap(METER_OK, "if warmup_steps < 0:", "if warmup_steps < 1:")},
+    # --- exercise 3: manifest
+    "manifest_hash_depends_on_key_order": {"manifest": _swap(MANIFEST_OK, "json.dumps(config, sort_keys=True)",
+                                                             "json.dumps(config)")},
+    "manifest_fingerprint_ignores_shape": {"manifest": _swap(MANIFEST_OK, 'f"{cpu.dtype}|{tuple(cpu.shape)}|"',
+                                                             'f"{cpu.dtype}|"')},
+    "manifest_git_in_cwd": {"manifest": _swap(MANIFEST_OK, 'cwd=repo_dir, capture_output', 'capture_output')},
+    "manifest_dirty_ignores_untracked": {"manifest": _swap(MANIFEST_OK, 'git("status", "--porcelain")',
+                                                           'git("status", "--porcelain", "--untracked-files=no")')},
+    "diff_not_recursive": {"manifest": _swap(MANIFEST_OK, "isinstance(a[key], dict) and isinstance(b[key], dict)", "False")},
+    "diff_misses_one_sided_keys": {"manifest": _swap(MANIFEST_OK, "for key in set(a) | set(b):", "for key in set(a) & set(b):")},
+    # --- exercise 4: rank_order
+    "order_seed_plus_rank": {"rank_order": _swap(ORDER_OK, '''    order = np.random.default_rng([seed, epoch]).permutation(n)
+    usable = (n // world_size) * world_size
+    return order[:usable][rank::world_size]''', '''    order = np.random.RandomState(seed + rank).permutation(n)     # the seed's advice
+    return order[: n // world_size]''')},
+    "order_same_every_epoch": {"rank_order": _swap(ORDER_OK, "default_rng([seed, epoch])", "default_rng(seed)")},
+    "order_seed_plus_epoch": {"rank_order": _swap(ORDER_OK, "default_rng([seed, epoch])", "default_rng(seed + epoch)")},
+    "order_global_rng": {"rank_order": _swap(ORDER_OK, '''    order = np.random.default_rng([seed, epoch]).permutation(n)''',
+                                             '''    np.random.seed(seed * 100003 + epoch)
+    order = np.random.permutation(n)''')},
+    "order_keeps_remainder": {"rank_order": _swap(ORDER_OK, "return order[:usable][rank::world_size]",
+                                                  "return order[rank::world_size]")},
+    # --- exercise 5: checkpoint
+    "ckpt_forgets_numpy_rng": {"checkpoint": _swap(CKPT_OK, "    np.random.set_state(state[\"numpy_rng\"])\n", "")},
+    "ckpt_forgets_optimizer": {"checkpoint": _swap(CKPT_OK, "    run.optimizer.load_state_dict(state[\"optimizer\"])\n", "")},
+    "ckpt_forgets_data_position": {"checkpoint": _swap(CKPT_OK, "    run.step = state[\"step\"]\n", "")},
+    "ckpt_writes_in_place": {"checkpoint": _swap(CKPT_OK, '''    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()''', '''    torch.save(state, path)''')},
+    "ckpt_no_fsync": {"checkpoint": _swap(CKPT_OK, "            os.fsync(f.fileno())\n", "")},
+    "ckpt_leaves_temp_on_failure": {"checkpoint": _swap(CKPT_OK, '''    try:
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()''', '''    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)''')},
+    # --- exercise 6: self-check answers
+    "answer_q1_counts_evaluation": {"answers": _swap(ANSWERS_OK, "q1_tokens_per_s = 10240.0", "q1_tokens_per_s = 32 * 128 * 10 / 6.0")},
+    "answer_q2_assumes_partition": {"answers": _swap(ANSWERS_OK, "q2_distinct_examples = 683.6", "q2_distinct_examples = 1000")},
+    "answer_q3_lr_used": {"answers": _swap(ANSWERS_OK, "q3_logged_lr_at_step_0 = 1e-5", "q3_logged_lr_at_step_0 = 0.0")},
+}
+
+# Correct, but written differently from the reference: the LR read from the scheduler, a meter that keeps a
+# list of counted steps, a manifest that hashes through numpy and a flattened diff, a torch.Generator per epoch
+# shared by all ranks, and a checkpoint with mkstemp and numpy's state stored as plain values.
+ALTERNATIVE = {
+    "logged_train_step": '''
+def logged_train_step(model, optimizer, scheduler, batch, step, logger, max_norm=1.0):
+    lr_used = scheduler.get_last_lr()[0]
+    for p in model.parameters():
+        p.grad = None
+    x, y = batch
+    out = model(x)
+    loss = F.cross_entropy(out, y)
+    loss.backward()
+    total = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=max_norm)
+    optimizer.step()
+    scheduler.step()
+    value = float(loss.detach().cpu())
+    logger.log({"train/loss": value, "grad_norm": total.item()}, step=step)
+    logger.log({"lr": lr_used, "clipped": float(total.item() > max_norm)}, step=step)
+    return value
+''',
+    "throughput": '''
+class ThroughputMeter:
+    def __init__(self, warmup_steps: int = 2, clock=time.perf_counter):
+        if not warmup_steps >= 0:
+            raise ValueError("negative warm-up")
+        self.clock, self.warmup_steps = clock, warmup_steps
+        self.started_at = None
+        self.seen = 0
+        self.counted = []                   # (tokens, seconds) of counted steps
+
+    def start(self):
+        self.started_at = self.clock()
+
+    def stop(self, tokens):
+        if self.started_at is None:
+            raise RuntimeError("call start() first")
+        elapsed = self.clock() - self.started_at
+        self.started_at = None
+        self.seen += 1
+        if self.seen > self.warmup_steps:
+            self.counted.append((tokens, elapsed))
+        return float(elapsed)
+
+    @property
+    def steps_counted(self):
+        return len(self.counted)
+
+    @property
+    def tokens_per_s(self):
+        if not self.counted:
+            return float("nan")
+        return float(sum(n for n, _ in self.counted) / sum(t for _, t in self.counted))
+
+    @property
+    def step_time(self):
+        if not self.counted:
+            return float("nan")
+        return float(sum(t for _, t in self.counted) / len(self.counted))
+''',
+    "manifest": '''
+def _canonical(obj):
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def write_manifest(run_dir, config, data, seed, repo_dir="."):
+    try:
+        sha = subprocess.check_output(["git", "-C", str(repo_dir), "rev-parse", "HEAD"],
+                                      stderr=subprocess.DEVNULL, text=True).strip()
+        status = subprocess.check_output(["git", "-C", str(repo_dir), "status", "--porcelain",
+                                          "--untracked-files=normal"], stderr=subprocess.DEVNULL, text=True)
+        dirty = status != ""
+    except subprocess.CalledProcessError:
+        sha, dirty = "not a git repository", None
+    arr = data.detach().cpu().numpy()
+    h = hashlib.sha256()
+    h.update(_canonical([str(data.dtype), list(arr.shape)]))
+    h.update(np.ascontiguousarray(arr).tobytes())
+    out = Path(run_dir)
+    os.makedirs(out, exist_ok=True)
+    target = out / "manifest.json"
+    with open(target, "w") as f:
+        json.dump({"config": config, "config_hash": hashlib.sha256(_canonical(config)).hexdigest(),
+                   "data_fingerprint": h.hexdigest(), "seed": seed,
+                   "versions": dict(python=platform.python_version(), torch=torch.__version__,
+                                    numpy=np.__version__, cuda=torch.version.cuda),
+                   "git_sha": sha, "git_dirty": dirty}, f)
+    return target
+
+
+def diff_manifests(a, b):
+    out, todo = [], [("", a, b)]
+    while todo:
+        prefix, x, y = todo.pop()
+        for k in x.keys() | y.keys():
+            name = prefix + k
+            if k in x and k in y and isinstance(x[k], dict) and isinstance(y[k], dict):
+                todo.append((name + ".", x[k], y[k]))
+            elif k not in x or k not in y or x[k] != y[k]:
+                out.append(name)
+    return sorted(out)
+''',
+    "rank_order": '''
+def rank_order(n, seed, epoch, rank, world_size):
+    if not (world_size >= 1 and 0 <= rank < world_size):
+        raise ValueError(f"bad rank {rank} for world_size {world_size}")
+    g = torch.Generator().manual_seed(hash((int(seed), int(epoch))) & 0x7FFFFFFFFFFFFFFF)
+    perm = torch.randperm(n, generator=g).numpy()
+    per_rank = n // world_size
+    return perm[rank: per_rank * world_size: world_size].astype(np.int64)
+''',
+    "checkpoint": '''
+def save_checkpoint(run, path):
+    np_state = np.random.get_state()
+    blob = dict(model=run.model.state_dict(), optim=run.optimizer.state_dict(), sched=run.scheduler.state_dict(),
+                position=run.step, gen=run.data_gen.get_state(), cpu_rng=torch.get_rng_state(),
+                cuda_rng=[s for s in torch.cuda.get_rng_state_all()] if torch.cuda.is_available() else None,
+                np_rng=(np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]),
+                py_rng=random.getstate())
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=".ckpt-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(blob, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        os.unlink(tmp_name)
+        raise
+
+
+def load_checkpoint(run, path):
+    blob = torch.load(path, weights_only=True)
+    run.model.load_state_dict(blob["model"])
+    run.optimizer.load_state_dict(blob["optim"])
+    run.scheduler.load_state_dict(blob["sched"])
+    run.step = int(blob["position"])
+    run.data_gen.set_state(blob["gen"])
+    torch.set_rng_state(blob["cpu_rng"])
+    if blob["cuda_rng"] is not None:
+        torch.cuda.set_rng_state_all(blob["cuda_rng"])
+    name, keys, pos, has_gauss, cached = blob["np_rng"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    random.setstate(blob["py_rng"])
+''',
+    "answers": '''
+q1_tokens_per_s = 4096 * 10 / 4
+q2_distinct_examples = 684
+q3_logged_lr_at_step_0 = 0.00001
+''',
+}
