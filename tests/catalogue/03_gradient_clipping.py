@@ -85,6 +85,69 @@ def accumulation_step(model, optimizer, micro_batches, loss_fn, max_norm):
 '''
 
 
+# "Stops when the visible tests are silent": the plausible answer to each exercise that passed every visible test of
+# the first edition of this lab (the visible tests then did not exercise what the rest of the spec names). Each must
+# now fail a visible test of its exercise, with a message that says what to fix.
+VISIBLE_ONLY_CLIP = '''
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = torch.sqrt(sum((g ** 2).sum() for g in grads))
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(coef)
+    return total
+'''
+
+VISIBLE_ONLY_DETECTOR = '''
+class SpikeDetector:
+    def __init__(self, window=50, factor=5.0, min_history=10):
+        self.window, self.factor, self.min_history = window, factor, min_history
+        self.history = []
+
+    def is_anomaly(self, grad_norm):
+        if math.isnan(grad_norm) or math.isinf(grad_norm):
+            return True
+        if len(self.history) >= self.min_history and grad_norm > self.factor * statistics.median(self.history):
+            return True
+        self.history.append(grad_norm)
+        return False
+'''
+
+VISIBLE_ONLY_GUARD = '''
+class GuardedStep:
+    def __init__(self, optimizer, max_norm, detector=None):
+        self.optimizer, self.max_norm, self.detector = optimizer, max_norm, detector
+        self.num_steps, self.num_skipped = 0, 0
+        self.skip_reasons = {"loss": 0, "grad_norm": 0, "anomaly": 0}
+
+    def __call__(self, loss):
+        params = self.optimizer.param_groups[0]["params"]
+        self.last_grad_norm = float(clip_grad_norm_(params, self.max_norm))
+        if torch.isnan(loss):
+            self.num_skipped += 1
+            self.skip_reasons["loss"] += 1
+            self.optimizer.zero_grad(set_to_none=True)
+            return False
+        self.optimizer.step()
+        self.num_steps += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        return True
+'''
+
+VISIBLE_ONLY_ACCUM = '''
+def accumulation_step(model, optimizer, micro_batches, loss_fn, max_norm):
+    optimizer.zero_grad(set_to_none=True)
+    total_loss = 0.0
+    for x, y in micro_batches:
+        loss = loss_fn(model(x), y) / len(micro_batches)
+        loss.backward()
+        total_loss += loss.item()
+    norm = clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return total_loss, norm.item()
+'''
+
+
 def _swap(source: str, old: str, new: str) -> str:
     """One edit to a correct source; fails loudly if the text to replace is not there exactly once."""
     assert source.count(old) == 1, f"catalogue edit not found exactly once: {old!r}"
@@ -155,6 +218,14 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     "clip_iterates_a_single_tensor": {"clip_grad_norm": _swap(CLIP_OK, '''    if isinstance(parameters, torch.Tensor):
         parameters = [parameters]
 ''', "")},
+    "clip_visible_tests_only": {"clip_grad_norm": VISIBLE_ONLY_CLIP},
+    "clip_returns_python_float": {"clip_grad_norm": _swap(CLIP_OK, "    return total\n", "    return total.item()\n")},
+    "clip_no_grads_returns_python_zero": {"clip_grad_norm": _swap(CLIP_OK, "        return torch.tensor(0.0)\n",
+                                                                  "        return 0.0\n")},
+    "clip_raises_only_on_nan": {"clip_grad_norm": _swap(CLIP_OK, "if error_if_nonfinite and not torch.isfinite(total):",
+                                                        "if error_if_nonfinite and torch.isnan(total):")},
+    "clip_default_raises_on_nonfinite": {"clip_grad_norm": _swap(CLIP_OK, "error_if_nonfinite=False):",
+                                                                 "error_if_nonfinite=True):")},
     # --- exercise 2: SpikeDetector
     "detector_records_anomalies": {"spike_detector": _swap(DETECTOR_OK, '''            return True
         self.history.append(norm)''', '''            self.history.append(norm)
@@ -171,6 +242,16 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     "detector_flags_at_equality": {"spike_detector": _swap(DETECTOR_OK, "norm > self.factor", "norm >= self.factor")},
     "detector_no_warmup": {"spike_detector": _swap(DETECTOR_OK, "len(self.history) >= self.min_history",
                                                    "len(self.history) > 0")},
+    "detector_visible_tests_only": {"spike_detector": VISIBLE_ONLY_DETECTOR},
+    "detector_rejects_min_history_equal_to_window": {"spike_detector": _swap(DETECTOR_OK, "not 1 <= min_history <= window",
+                                                                             "not 1 <= min_history < window")},
+    "detector_rejects_window_one": {"spike_detector": _swap(DETECTOR_OK, "if window < 1 or", "if window <= 1 or")},
+    "detector_accepts_zero_factor": {"spike_detector": _swap(DETECTOR_OK, "factor <= 0", "factor < 0")},
+    "detector_misses_negative_inf": {"spike_detector": _swap(DETECTOR_OK, "        if not math.isfinite(norm):\n",
+                                                             "        if norm != norm or norm == math.inf:\n")},
+    "detector_default_min_history_five": {"spike_detector": _swap(DETECTOR_OK, "min_history=10):", "min_history=5):")},
+    "detector_records_tensors": {"spike_detector": _swap(DETECTOR_OK, "        self.history.append(norm)\n",
+                                                         "        self.history.append(grad_norm)\n")},
     # --- exercise 3: GuardedStep
     "guard_checks_only_the_loss": {"guarded_step": _swap(GUARD_OK, '''        elif not math.isfinite(self.last_grad_norm):
             reason = "grad_norm"
@@ -232,6 +313,46 @@ class GuardedStep:
         self.skip_reasons[reason] += 1
         return False
 '''},
+    "guard_visible_tests_only": {"guarded_step": VISIBLE_ONLY_GUARD},
+    "guard_clips_first_param_group_only": {"guarded_step": _swap(GUARD_OK,
+        '        params = [p for group in self.optimizer.param_groups for p in group["params"]]',
+        '        params = self.optimizer.param_groups[0]["params"]')},
+    "guard_loss_checked_for_nan_only": {"guarded_step": _swap(GUARD_OK, "        if not torch.isfinite(loss).all():",
+                                                              "        if torch.isnan(loss).any():")},
+    "guard_ignores_the_loss": {"guarded_step": _swap(GUARD_OK, '''        if not torch.isfinite(loss).all():
+            reason = "loss"
+        elif not math.isfinite(self.last_grad_norm):''', '''        if not math.isfinite(self.last_grad_norm):''')},
+    "guard_keeps_the_norm_as_a_tensor": {"guarded_step": _swap(GUARD_OK,
+        "        self.last_grad_norm = float(clip_grad_norm_(params, self.max_norm))",
+        "        self.last_grad_norm = clip_grad_norm_(params, self.max_norm)").replace(
+        "math.isfinite(self.last_grad_norm)", "torch.isfinite(self.last_grad_norm)")},
+    "guard_returns_a_tensor": {"guarded_step": '''
+class GuardedStep:
+    def __init__(self, optimizer, max_norm, detector=None):
+        self.optimizer, self.max_norm, self.detector = optimizer, max_norm, detector
+        self.num_steps, self.num_skipped = 0, 0
+        self.skip_reasons = {"loss": 0, "grad_norm": 0, "anomaly": 0}
+
+    def __call__(self, loss):
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        norm = clip_grad_norm_(params, self.max_norm)
+        self.last_grad_norm = float(norm)
+        ok = torch.isfinite(loss).all() & torch.isfinite(norm)        # a 0-dim bool tensor
+        if not torch.isfinite(loss).all():
+            self.skip_reasons["loss"] += 1
+        elif not torch.isfinite(norm):
+            self.skip_reasons["grad_norm"] += 1
+        elif self.detector is not None and self.detector.is_anomaly(self.last_grad_norm):
+            self.skip_reasons["anomaly"] += 1
+            ok = torch.tensor(False)
+        if ok:
+            self.optimizer.step()
+            self.num_steps += 1
+        else:
+            self.num_skipped += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        return ok
+'''},
     # --- exercise 4: accumulation_step
     "accum_divides_by_number_of_micro_batches": {"accumulation_step": _swap(ACCUM_OK,
         "        weight = x.shape[0] / total", "        weight = 1 / len(micro_batches)")},
@@ -256,6 +377,16 @@ def accumulation_step(model, optimizer, micro_batches, loss_fn, max_norm):
     optimizer.step()
     return loss.item(), float(norm)
 '''},
+    "accum_visible_tests_only": {"accumulation_step": VISIBLE_ONLY_ACCUM},
+    "accum_returns_tensors": {"accumulation_step": _swap(ACCUM_OK, '''        loss_sum += loss.item() * weight
+    norm = clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return loss_sum, float(norm)''', '''        loss_sum += loss.detach() * weight
+    norm = clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return loss_sum, norm''')},
+    "accum_returns_post_clip_norm": {"accumulation_step": _swap(ACCUM_OK, "    return loss_sum, float(norm)",
+        "    return loss_sum, float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()])))")},
     # --- exercise 5: self-check answers
     "answer_q1_l2_instead_of_inf": {"answers": '''
 q1_inf_norm = 13.0
