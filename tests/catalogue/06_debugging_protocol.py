@@ -1,0 +1,283 @@
+"""Lab 6 catalogue: plausible buggy implementations, and a correct one written differently.
+
+BUGS maps a bug's name to {solution cell grade_id: the buggy source of that cell}; each must lose its
+exercise's points and nothing else (tests/test_catalogue.py). ALTERNATIVE must keep full marks
+(tests/test_autograder.py).
+"""
+
+OVERFIT_OK = '''
+def overfit_one_batch(model, loader, loss_fn=F.cross_entropy, steps=200, lr=1e-3):
+    if steps < 1:
+        raise ValueError("steps must be at least 1")
+    x, y = next(iter(loader))
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+'''
+
+FLOW_OK = '''
+def gradient_flow_report(model, compute_loss, threshold=1e-10):
+    for p in model.parameters():
+        p.grad = None
+    compute_loss(model).backward()
+    report = {}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            report[name] = "frozen"
+        elif p.grad is None:
+            report[name] = "no_grad"
+        elif not torch.isfinite(p.grad).all():
+            report[name] = "nonfinite"
+        elif p.grad.abs().max() < threshold:
+            report[name] = "vanishing"
+    return report
+'''
+
+INIT_OK = '''
+def output_entropy(logits):
+    logp = torch.log_softmax(logits, dim=-1)
+    p = logp.exp()
+    return -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum(-1).mean()
+
+
+def init_check(model, x, y, tol=0.1):
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        logits = model(x)
+    model.train(was_training)
+    c = logits.shape[-1]
+    expected = math.log(c)
+    loss = F.cross_entropy(logits.reshape(-1, c), y.reshape(-1)).item()
+    if loss > (1 + tol) * expected:
+        verdict = "too_high"
+    elif loss < (1 - tol) * expected:
+        verdict = "too_low"
+    else:
+        verdict = "ok"
+    return {"expected": expected, "loss": loss, "entropy": output_entropy(logits).item(), "verdict": verdict}
+'''
+
+DIAGNOSE_OK = '''
+def diagnose(train_curve, val_curve, chance_loss, window=5):
+    train = [float(v) for v in train_curve]
+    val = [float(v) for v in val_curve]
+    if len(train) < 2 * window or len(val) < 2:
+        raise ValueError("too short")
+    if not all(math.isfinite(v) for v in train + val):
+        return "nan"
+    c = chance_loss
+    end = statistics.median(train[-window:])
+    for i in range(window, len(train)):
+        before = statistics.median(train[i - window:i])
+        if train[i] > before + c / 2:
+            if i >= len(train) - window:
+                raise ValueError("spike too late")
+            if end <= before + c / 4:
+                return "spike_recovers"
+            if end >= before + c / 2:
+                return "spike_stays"
+            raise ValueError("ambiguous")
+    if end >= 0.8 * c:
+        return "chance_plateau"
+    if end > 0.2 * c:
+        return "both_plateau"
+    if val[-1] - end > 0.25 * c:
+        return "overfitting"
+    return "healthy"
+'''
+
+ANSWERS_OK = '''
+q1_initial_loss = math.log(1000)
+q2_step = 2
+q3_row = "overfitting"
+'''
+
+
+def _swap(source: str, old: str, new: str) -> str:
+    """One edit to a correct source; fails loudly if the text to replace is not there exactly once."""
+    assert source.count(old) == 1, f"catalogue edit not found exactly once: {old!r}"
+    return source.replace(old, new)
+
+
+BUGS = {
+    # --- exercise 1: overfit_one_batch
+    "overfit_new_batch_every_step": {"overfit_one_batch": _swap(OVERFIT_OK, '''    for _ in range(steps):
+        opt.zero_grad()''', '''    for _ in range(steps):
+        x, y = next(iter(loader))          # a fresh batch each step: a shuffling loader gives another one
+        opt.zero_grad()''')},
+    "overfit_cycles_through_loader": {"overfit_one_batch": _swap(OVERFIT_OK, '''    for _ in range(steps):
+        opt.zero_grad()''', '''    batches = iter(loader)
+    for _ in range(steps):
+        try:
+            x, y = next(batches)
+        except StopIteration:
+            batches = iter(loader)
+            x, y = next(batches)
+        opt.zero_grad()''')},
+    "overfit_loss_after_step": {"overfit_one_batch": _swap(OVERFIT_OK, "        losses.append(loss.item())",
+        "        with torch.no_grad():\n            losses.append(loss_fn(model(x), y).item())")},
+    "overfit_sgd": {"overfit_one_batch": _swap(OVERFIT_OK, "torch.optim.Adam(model.parameters(), lr=lr)",
+                                               "torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)")},
+    "overfit_returns_tensors": {"overfit_one_batch": _swap(OVERFIT_OK, "losses.append(loss.item())",
+                                                           "losses.append(loss.detach())")},
+    "overfit_no_steps_check": {"overfit_one_batch": _swap(OVERFIT_OK, '''    if steps < 1:
+        raise ValueError("steps must be at least 1")
+''', "")},
+    "overfit_keeps_eval_mode": {"overfit_one_batch": _swap(OVERFIT_OK, "    model.train()\n", "")},
+    # --- exercise 2: gradient_flow_report
+    "flow_keeps_stale_grads": {"gradient_flow_report": _swap(FLOW_OK, '''    for p in model.parameters():
+        p.grad = None
+''', "")},
+    "flow_zeroes_instead_of_none": {"gradient_flow_report": _swap(FLOW_OK, '''    for p in model.parameters():
+        p.grad = None''', '''    model.zero_grad(set_to_none=False)''')},
+    "flow_inclusive_threshold": {"gradient_flow_report": _swap(FLOW_OK, "p.grad.abs().max() < threshold",
+                                                               "p.grad.abs().max() <= threshold")},
+    "flow_ignores_nonfinite": {"gradient_flow_report": _swap(FLOW_OK, '''        elif not torch.isfinite(p.grad).all():
+            report[name] = "nonfinite"
+''', "")},
+    "flow_frozen_reported_as_no_grad": {"gradient_flow_report": _swap(FLOW_OK, '''        if not p.requires_grad:
+            report[name] = "frozen"
+        elif p.grad is None:''', '''        if p.grad is None:
+            report[name] = "no_grad"
+        elif not p.requires_grad:''')},
+    # --- exercise 3: output_entropy and init_check
+    "entropy_log_of_softmax": {"init_check": _swap(INIT_OK, '''    logp = torch.log_softmax(logits, dim=-1)
+    p = logp.exp()
+    return -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum(-1).mean()''', '''    p = torch.softmax(logits, dim=-1)
+    return -(p * p.log()).sum(-1).mean()''')},
+    "entropy_returns_float": {"init_check": _swap(INIT_OK, "torch.zeros_like(p)).sum(-1).mean()",
+                                                  "torch.zeros_like(p)).sum(-1).mean().item()")
+                              .replace("output_entropy(logits).item()", "float(output_entropy(logits))")},
+    "init_loss_in_train_mode": {"init_check": _swap(INIT_OK, "    model.eval()\n", "")},
+    "init_loss_not_flattened": {"init_check": _swap(INIT_OK, "F.cross_entropy(logits.reshape(-1, c), y.reshape(-1))",
+                                                    "F.cross_entropy(logits, y)")},
+    "init_absolute_tolerance": {"init_check": _swap(_swap(INIT_OK, "loss > (1 + tol) * expected", "loss > expected + tol"),
+                                                    "loss < (1 - tol) * expected", "loss < expected - tol")},
+    "init_returns_tensors": {"init_check": _swap(INIT_OK,
+        "loss = F.cross_entropy(logits.reshape(-1, c), y.reshape(-1)).item()",
+        "loss = F.cross_entropy(logits.reshape(-1, c), y.reshape(-1))")},
+    # --- exercise 4: diagnose
+    "diagnose_ignores_val_nonfinite": {"diagnose": _swap(DIAGNOSE_OK, "math.isfinite(v) for v in train + val",
+                                                         "math.isfinite(v) for v in train")},
+    "diagnose_strict_chance_threshold": {"diagnose": _swap(DIAGNOSE_OK, "if end >= 0.8 * c:", "if end > 0.8 * c:")},
+    "diagnose_no_late_spike_error": {"diagnose": _swap(DIAGNOSE_OK, '''            if i >= len(train) - window:
+                raise ValueError("spike too late")
+''', "")},
+    "diagnose_ambiguous_spike_stays": {"diagnose": _swap(DIAGNOSE_OK, '''            if end >= before + c / 2:
+                return "spike_stays"
+            raise ValueError("ambiguous")''', '''            return "spike_stays"''')},
+    "diagnose_gap_from_val_minimum": {"diagnose": _swap(DIAGNOSE_OK, "if val[-1] - end > 0.25 * c:",
+                                                        "if val[-1] - min(val) > 0.25 * c:")},
+    "diagnose_short_curves_healthy": {"diagnose": _swap(DIAGNOSE_OK, '''    if len(train) < 2 * window or len(val) < 2:
+        raise ValueError("too short")
+''', '''    if len(train) < 2 * window or len(val) < 2:
+        return "healthy"
+''')},
+    # --- exercise 5: self-check answers
+    "answer_q1_log10": {"answers": _swap(ANSWERS_OK, "math.log(1000)", "math.log10(1000)")},
+    "answer_q2_overfit_step": {"answers": _swap(ANSWERS_OK, "q2_step = 2", "q2_step = 1")},
+    "answer_q3_both_plateau": {"answers": _swap(ANSWERS_OK, '"overfitting"', '"both_plateau"')},
+}
+
+ALTERNATIVE = {
+    "overfit_one_batch": '''
+def overfit_one_batch(model, loader, loss_fn=F.cross_entropy, steps=200, lr=1e-3):
+    if not steps >= 1:
+        raise ValueError(f"need at least one step, got {steps}")
+    for batch in loader:                  # the first batch only
+        inputs, targets = batch[0], batch[1]
+        break
+    model.train(True)
+    optimizer = torch.optim.Adam(params=list(model.parameters()), lr=lr)
+    history = []
+    step = 0
+    while step < steps:
+        for p in model.parameters():
+            p.grad = None
+        out = loss_fn(model(inputs), targets)
+        history.append(out.detach().item())
+        out.backward()
+        optimizer.step()
+        step += 1
+    return history
+''',
+    "gradient_flow_report": '''
+def gradient_flow_report(model, compute_loss, threshold=1e-10):
+    model.zero_grad(set_to_none=True)
+    loss = compute_loss(model)
+    loss.backward()
+    def label(p):
+        if not p.requires_grad:
+            return "frozen"
+        if p.grad is None:
+            return "no_grad"
+        g = p.grad.detach()
+        if torch.isnan(g).any() or torch.isinf(g).any():
+            return "nonfinite"
+        return "vanishing" if float(g.abs().amax()) < threshold else None
+    labelled = ((n, label(p)) for n, p in model.named_parameters())
+    return {n: lab for n, lab in labelled if lab is not None}
+''',
+    "init_check": '''
+def output_entropy(logits):
+    flat = logits.reshape(-1, logits.shape[-1])
+    return torch.distributions.Categorical(logits=flat).entropy().mean()
+
+
+def init_check(model, x, y, tol=0.1):
+    mode = model.training
+    with torch.no_grad():
+        model.train(False)
+        out = model(x)
+        model.train(mode)
+        n = out.size(-1)
+        nll = -torch.log_softmax(out, -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
+        loss = float(nll.mean())
+        ent = float(output_entropy(out))
+    lo, hi = (1.0 - tol) * math.log(n), (1.0 + tol) * math.log(n)
+    verdict = "too_high" if loss > hi else ("too_low" if loss < lo else "ok")
+    return dict(expected=math.log(n), loss=loss, entropy=ent, verdict=verdict)
+''',
+    "diagnose": '''
+def diagnose(train_curve, val_curve, chance_loss, window=5):
+    t = torch.as_tensor([float(v) for v in train_curve], dtype=torch.float64)
+    v = torch.as_tensor([float(u) for u in val_curve], dtype=torch.float64)
+    if t.numel() < 2 * window or v.numel() < 2:
+        raise ValueError("curves too short to diagnose")
+    if not (torch.isfinite(t).all() and torch.isfinite(v).all()):
+        return "nan"
+    c = float(chance_loss)
+    def med(xs):
+        return statistics.median(xs.tolist())
+    end = med(t[-window:])
+    jumps = [i for i in range(window, t.numel()) if float(t[i]) > med(t[i - window:i]) + c / 2]
+    if jumps:
+        i = jumps[0]
+        before = med(t[i - window:i])
+        if i + window >= t.numel():
+            raise ValueError("the spike is too recent")
+        if end - before <= c / 4:
+            return "spike_recovers"
+        if end - before >= c / 2:
+            return "spike_stays"
+        raise ValueError("partly recovered: ambiguous")
+    for label, hit in [("chance_plateau", end >= 0.8 * c), ("both_plateau", end > 0.2 * c),
+                       ("overfitting", float(v[-1]) - end > 0.25 * c)]:
+        if hit:
+            return label
+    return "healthy"
+''',
+    "answers": '''
+q1_initial_loss = 6.9078
+q2_step = 2
+q3_row = "overfitting"
+''',
+}
