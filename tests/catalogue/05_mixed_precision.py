@@ -103,6 +103,16 @@ q2_gb_autocast_adamw = 20.8
 q3_clip_order = "b"
 '''
 
+
+# Answers that passed every visible test of the earlier edition of this lab and stopped there (issue: "fair visible
+# tests"). Each now fails a visible test with a message that says what to fix.
+VISIBLE_ONLY = {
+    "float_format": '\ndef float_format(exponent_bits, mantissa_bits, finite_only=False):\n    e, m = exponent_bits, mantissa_bits\n    bias = 2 ** (e - 1) - 1\n    return {"bits": 1 + e + m, "bias": bias, "eps": 2.0 ** -m,\n            "max": (2 - 2.0 ** -m) * 2.0 ** bias,\n            "smallest_normal": 2.0 ** (1 - bias), "smallest_subnormal": 2.0 ** (1 - bias - m)}\n',
+    "loss_scaler": '\nclass LossScaler:\n    def __init__(self, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):\n        self.s, self.gf, self.bf, self.gi = float(init_scale), growth_factor, backoff_factor, growth_interval\n        self.good = 0\n        self.inf = False\n    def get_scale(self):\n        return self.s\n    def scale(self, loss):\n        return loss * self.s\n    def unscale_(self, optimizer):\n        for p in optimizer.param_groups[0]["params"]:\n            p.grad.div_(self.s)\n        self.inf = any(not torch.isfinite(p.grad).all() for p in optimizer.param_groups[0]["params"])\n    def step(self, optimizer):\n        self.unscale_(optimizer)\n        if not self.inf:\n            optimizer.step()\n        return not self.inf\n    def update(self):\n        if self.inf:\n            self.s *= self.bf\n            self.good = 0\n        else:\n            self.good += 1\n            if self.good == self.gi:\n                self.s *= self.gf\n                self.good = 0\n',
+    "amp_train_step": '\ndef amp_train_step(model, optimizer, scaler, x, y, *, dtype, max_norm):\n    optimizer.zero_grad()\n    with torch.amp.autocast(x.device.type, dtype=dtype):\n        logits = model(x)\n    loss = F.cross_entropy(logits.float(), y)\n    scaler.scale(loss).backward()\n    scaler.unscale_(optimizer)\n    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n    scaler.step(optimizer)\n    return {"loss": loss.item(), "grad_norm": norm.item(), "skipped": False}\n',
+    "training_memory": '\ndef training_memory(model, mode, optimizer="adamw"):\n    n = sum(p.numel() for p in model.parameters())\n    size = 2 if "bf16" in mode and mode != "autocast_bf16" else 4\n    out = {"weights": size * n, "grads": size * n, "optimizer": 2 * size * n,\n           "cast_copies": 2 * n if mode == "autocast_bf16" else 0}\n    out["total"] = sum(out.values())\n    return out\n',
+}
+
 BUGS = {
     # --- exercise 1: float_format
     "format_max_forgets_reserved_exponent": {"float_format": FORMAT_OK.replace(
@@ -155,6 +165,55 @@ BUGS = {
         "params = list(model.parameters())", "params = [p for _, p in model.named_parameters(remove_duplicate=False)]")},
     "memory_seed_halves_everything": {"training_memory": MEMORY_OK.replace(
         '"autocast_bf16": (4, 4, 4, 0)', '"autocast_bf16": (2, 2, 2, 0)')},
+    # --- answers that stop when the earlier visible tests were silent, one per exercise
+    "format_visible_only_ignores_finite_only": {"float_format": VISIBLE_ONLY["float_format"]},
+    "scaler_visible_only": {"loss_scaler": VISIBLE_ONLY["loss_scaler"]},
+    "step_visible_only": {"amp_train_step": VISIBLE_ONLY["amp_train_step"]},
+    "memory_visible_only": {"training_memory": VISIBLE_ONLY["training_memory"]},
+    # --- the kinds of bug the held-out set found: return types, boundaries, named model cases, defaults
+    "format_max_is_int": {"float_format": FORMAT_OK.replace(
+        '"max": (1 + frac / 2 ** m) * 2.0 ** (top - bias)', '"max": (2 ** m + frac) * 2 ** (top - bias) // 2 ** m')},
+    "format_bits_is_float": {"float_format": FORMAT_OK.replace('"bits": 1 + e + m', '"bits": 1.0 + e + m')},
+    "format_finite_only_default_true": {"float_format": FORMAT_OK.replace(
+        "def float_format(exponent_bits, mantissa_bits, finite_only=False):",
+        "def float_format(exponent_bits, mantissa_bits, finite_only=True):")},
+    "scaler_get_scale_keeps_int": {"loss_scaler": SCALER_OK.replace("self.s = float(init_scale)", "self.s = init_scale")},
+    "scaler_crashes_on_none_grad": {"loss_scaler": SCALER_OK.replace(
+        "                    if p.grad is not None:\n                        p.grad.div_(self.s)\n"
+        "                        found = found or not bool(torch.isfinite(p.grad).all())",
+        "                    p.grad.div_(self.s)\n"
+        "                    found = found or not bool(torch.isfinite(p.grad).all())")},
+    "scaler_no_double_unscale_guard": {"loss_scaler": SCALER_OK.replace(
+        '        if self.unscaled:\n            raise RuntimeError("unscale_ twice")\n', "")},
+    "scaler_detects_only_positive_inf": {"loss_scaler": SCALER_OK.replace(
+        "found = found or not bool(torch.isfinite(p.grad).all())",
+        "found = found or bool((p.grad == float('inf')).any())")},
+    "scaler_grows_one_step_late": {"loss_scaler": SCALER_OK.replace("if self.good == self.gi:", "if self.good > self.gi:")},
+    "scaler_default_interval_200": {"loss_scaler": SCALER_OK.replace("growth_interval=2000):", "growth_interval=200):")},
+    "step_returns_tensor_loss": {"amp_train_step": STEP_OK.replace('"loss": loss.item()', '"loss": loss.detach()')},
+    "step_returns_tensor_norm": {"amp_train_step": STEP_OK.replace('"grad_norm": norm.item()', '"grad_norm": norm')},
+    "step_never_reports_skip": {"amp_train_step": STEP_OK.replace(
+        '"skipped": not math.isfinite(norm.item())', '"skipped": False')},
+    "step_no_reshape_for_sequences": {"amp_train_step": STEP_OK.replace(
+        "loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))", "loss = F.cross_entropy(logits, y)")},
+    "memory_counts_linear_biases": {"training_memory": MEMORY_OK.replace(
+        "linear = {id(mod.weight): mod.weight.numel() for mod in model.modules() if isinstance(mod, nn.Linear)}",
+        "linear = {id(p): p.numel() for mod in model.modules() if isinstance(mod, nn.Linear) "
+        "for p in mod.parameters(recurse=False)}")},
+    "memory_frozen_linear_has_no_copy": {"training_memory": MEMORY_OK.replace(
+        "linear = {id(mod.weight): mod.weight.numel() for mod in model.modules() if isinstance(mod, nn.Linear)}",
+        "linear = {id(mod.weight): mod.weight.numel() for mod in model.modules() "
+        "if isinstance(mod, nn.Linear) and mod.weight.requires_grad}")},
+    "memory_bytes_as_floats": {"training_memory": MEMORY_OK.replace(
+        '    w, g, s, master = table[mode]', '    w, g, s, master = (b * 8 / 8 for b in table[mode])')},
+    "memory_default_optimizer_sgd": {"training_memory": MEMORY_OK.replace(
+        'def training_memory(model, mode, optimizer="adamw"):', 'def training_memory(model, mode, optimizer="sgd"):')},
+    "memory_master_copy_for_frozen": {"training_memory": MEMORY_OK.replace(
+        '"optimizer": (s * states[optimizer] + master) * n_train',
+        '"optimizer": s * states[optimizer] * n_train + master * n')},
+    "memory_unknown_optimizer_has_no_state": {"training_memory": MEMORY_OK.replace(
+        "    if mode not in table or optimizer not in states:", "    states.setdefault(optimizer, 0)\n"
+        "    if mode not in table or optimizer not in states:")},
     # --- exercise 5: self-check answers
     "answer_q1_no_regrowth": {"answers": ANSWERS_OK.replace("q1_scale_after = 65536.0", "q1_scale_after = 32768.0")},
     "answer_q2_seed_halves_memory": {"answers": ANSWERS_OK.replace("q2_gb_autocast_adamw = 20.8", "q2_gb_autocast_adamw = 10.4")},
