@@ -19,6 +19,9 @@ STYLE = {
 }
 
 
+_fonts_checked = False
+
+
 def register_bundled_fonts() -> int:
     """Add the fonts that ship with matplotlib to its font list if they are missing; return how many were added.
 
@@ -42,7 +45,10 @@ def register_bundled_fonts() -> int:
 def subplots(nrows: int = 1, ncols: int = 1, width: float | None = None, height: float | None = None, **kwargs):
     """``plt.subplots`` with the course style; the default size grows with the number of panels."""
     plt.rcParams.update(STYLE)
-    register_bundled_fonts()
+    global _fonts_checked
+    if not _fonts_checked:  # once per process
+        register_bundled_fonts()
+        _fonts_checked = True
     width = width if width is not None else 4.2 * ncols if ncols > 1 else STYLE["figure.figsize"][0]
     height = height if height is not None else 3.4 * nrows
     return plt.subplots(nrows, ncols, figsize=(width, height), layout="constrained", **kwargs)
