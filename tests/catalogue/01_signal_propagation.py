@@ -18,12 +18,162 @@ def calculate_gain(nonlinearity, param=None):
     return float(table[nonlinearity])
 '''
 
+KAIMING_OK = '''
+def _kaiming_std(tensor, a, mode, nonlinearity):
+    if mode not in ("fan_in", "fan_out"):
+        raise ValueError(mode)
+    fan_in, fan_out = fan_in_and_fan_out(tensor)
+    return calculate_gain(nonlinearity, a) / math.sqrt(fan_in if mode == "fan_in" else fan_out)
+
+def kaiming_normal_(tensor, a=0.0, mode="fan_in", nonlinearity="leaky_relu", generator=None):
+    std = _kaiming_std(tensor, a, mode, nonlinearity)
+    with torch.no_grad():
+        return tensor.normal_(0.0, std, generator=generator)
+
+def kaiming_uniform_(tensor, a=0.0, mode="fan_in", nonlinearity="leaky_relu", generator=None):
+    bound = math.sqrt(3.0) * _kaiming_std(tensor, a, mode, nonlinearity)
+    with torch.no_grad():
+        return tensor.uniform_(-bound, bound, generator=generator)
+'''
+
+XAVIER_OK = '''
+def xavier_normal_(tensor, gain=1.0, generator=None):
+    fan_in, fan_out = fan_in_and_fan_out(tensor)
+    std = gain * math.sqrt(2.0 / (fan_in + fan_out))
+    with torch.no_grad():
+        return tensor.normal_(0.0, std, generator=generator)
+
+def xavier_uniform_(tensor, gain=1.0, generator=None):
+    fan_in, fan_out = fan_in_and_fan_out(tensor)
+    bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
+    with torch.no_grad():
+        return tensor.uniform_(-bound, bound, generator=generator)
+'''
+
+STATS_OK = '''
+def activation_stats(model, x):
+    records, handles = [], []
+    def make_hook(name):
+        def hook(module, inputs, output):
+            records.append((name, output.mean().item(), output.std().item()))
+        return hook
+    try:
+        for name, module in model.named_modules():
+            if len(list(module.children())) == 0:
+                handles.append(module.register_forward_hook(make_hook(name)))
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return records
+'''
+
+GPT_OK = '''
+def init_gpt_(model, std=0.02, zero_head=False):
+    if zero_head and model.cfg.tie_weights:
+        raise ValueError("tied head")
+    with torch.no_grad():
+        for name, m in model.named_modules():
+            if isinstance(m, nn.Linear):
+                s = std / math.sqrt(2 * model.cfg.n_layer) if name.endswith("c_proj") else std
+                m.weight.normal_(0.0, s)
+                if m.bias is not None:
+                    m.bias.zero_()
+            elif isinstance(m, nn.Embedding):
+                m.weight.normal_(0.0, std)
+            elif isinstance(m, nn.LayerNorm):
+                m.weight.fill_(1.0)
+                if m.bias is not None:
+                    m.bias.zero_()
+        if zero_head:
+            model.lm_head.weight.zero_()
+    return model
+'''
+
+
+def swap(source: str, old: str, new: str) -> str:
+    """``source`` with ``old`` replaced by ``new``; ``old`` must occur (so a catalogue edit cannot silently no-op)."""
+    assert old in source, f"catalogue: {old!r} not found"
+    return source.replace(old, new)
+
+
+# The "visible-tests-only" answers: plausible code that silenced every visible test of the labs before the
+# visible tests covered the whole spec (issue: such a student scored 3/16). Each must now fail a visible test.
+VISIBLE_ONLY = {
+    "calculate_gain": '''
+def calculate_gain(nonlinearity, param=None):
+    gains = {"linear": 1.0, "sigmoid": 1.0, "relu": math.sqrt(2.0), "tanh": 5.0 / 3.0, "selu": 0.75}
+    return float(gains.get(nonlinearity, 1.0))
+''',
+    "fan_in_and_fan_out": '''
+def fan_in_and_fan_out(tensor):
+    return tensor.shape[1], tensor.shape[0]
+''',
+    "kaiming": '''
+def _kaiming_std(tensor, a, mode, nonlinearity):
+    fan_in, fan_out = fan_in_and_fan_out(tensor)
+    fan = fan_in if mode == "fan_in" else fan_out
+    return calculate_gain(nonlinearity, a) / math.sqrt(fan)
+
+def kaiming_normal_(tensor, a=0.0, mode="fan_in", nonlinearity="leaky_relu", generator=None):
+    return tensor.normal_(0.0, _kaiming_std(tensor, a, mode, nonlinearity))
+
+def kaiming_uniform_(tensor, a=0.0, mode="fan_in", nonlinearity="leaky_relu", generator=None):
+    bound = math.sqrt(3.0) * _kaiming_std(tensor, a, mode, nonlinearity)
+    return tensor.uniform_(-bound, bound)
+''',
+    "xavier": '''
+def xavier_normal_(tensor, gain=1.0, generator=None):
+    fan_in, fan_out = fan_in_and_fan_out(tensor)
+    return tensor.normal_(0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
+
+def xavier_uniform_(tensor, gain=1.0, generator=None):
+    fan_in, fan_out = fan_in_and_fan_out(tensor)
+    bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
+    return tensor.uniform_(-bound, bound)
+''',
+    "activation_stats": '''
+def activation_stats(model, x):
+    records, handles = [], []
+    for name, module in model.named_modules():
+        if len(list(module.children())) == 0:
+            handles.append(module.register_forward_hook(
+                lambda m, i, o, name=name: records.append((name, o.mean(), o.std()))))
+    model(x)
+    for h in handles:
+        h.remove()
+    return records
+''',
+    "init_gpt": '''
+def init_gpt_(model, std=0.02, zero_head=False):
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if isinstance(module, nn.Linear):
+                s = std / math.sqrt(2 * model.cfg.n_layer) if name.endswith("c_proj") else std
+                module.weight.normal_(0.0, s)
+                if module.bias is not None:
+                    module.bias.zero_()
+            elif isinstance(module, nn.Embedding):
+                module.weight.normal_(0.0, std)
+            elif isinstance(module, nn.LayerNorm):
+                module.weight.fill_(1.0)
+                module.bias.zero_()
+    return model
+''',
+}
+
 BUGS = {
     # --- exercise 1: calculate_gain
     "gain_leaky_default_slope_zero": {"calculate_gain": GAIN_OK.replace("0.01 if param is None", "0.0 if param is None")},
     "gain_tanh_is_one": {"calculate_gain": GAIN_OK.replace('"tanh": 5.0 / 3.0', '"tanh": 1.0')},
     "gain_unknown_returns_one": {"calculate_gain": GAIN_OK.replace("raise ValueError(nonlinearity)", "return 1.0")},
     "gain_leaky_missing_sqrt": {"calculate_gain": GAIN_OK.replace("math.sqrt(2.0 / (1.0 + slope * slope))", "2.0 / (1.0 + slope * slope)")},
+    "gain_visible_tests_only": {"calculate_gain": VISIBLE_ONLY["calculate_gain"]},
+    "gain_linear_returns_int": {"calculate_gain": swap(GAIN_OK, "return float(table[nonlinearity])",
+                                                       "return table[nonlinearity] if nonlinearity != 'linear' else 1")},
+    "gain_leaky_param_zero_is_default": {"calculate_gain": swap(GAIN_OK, "slope = 0.01 if param is None else param",
+                                                                "slope = param or 0.01")},
     # --- exercise 2: fan_in_and_fan_out
     "fans_swapped": {"fan_in_and_fan_out": '''
 def fan_in_and_fan_out(tensor):
@@ -43,6 +193,23 @@ def fan_in_and_fan_out(tensor):
     shape = list(tensor.shape) + [1]
     rf = math.prod(tensor.shape[2:])
     return shape[1] * rf, shape[0] * rf
+'''},
+    "fans_visible_tests_only": {"fan_in_and_fan_out": VISIBLE_ONLY["fan_in_and_fan_out"]},
+    "fans_float_receptive_field": {"fan_in_and_fan_out": '''
+def fan_in_and_fan_out(tensor):
+    if tensor.dim() < 2:
+        raise ValueError("need 2 dims")
+    rf = tensor.numel() / (tensor.shape[0] * tensor.shape[1])
+    return tensor.shape[1] * rf, tensor.shape[0] * rf
+'''},
+    "fans_rejects_only_scalars": {"fan_in_and_fan_out": '''
+def fan_in_and_fan_out(tensor):
+    if tensor.dim() == 0:
+        raise ValueError("a scalar has no fans")
+    fan_out = tensor.shape[0]
+    fan_in = tensor.shape[1] if tensor.dim() > 1 else 1
+    rf = math.prod(tensor.shape[2:])
+    return fan_in * rf, fan_out * rf
 '''},
     # --- exercise 3: kaiming
     "kaiming_std_without_gain": {"kaiming": '''
@@ -121,6 +288,26 @@ def kaiming_uniform_(tensor, a=0.0, mode="fan_in", nonlinearity="leaky_relu", ge
     with torch.no_grad():
         return tensor.uniform_(-b, b)
 '''},
+    "kaiming_visible_tests_only": {"kaiming": VISIBLE_ONLY["kaiming"]},
+    "kaiming_default_a_sqrt5": {"kaiming": KAIMING_OK.replace('a=0.0, mode="fan_in"', 'a=math.sqrt(5), mode="fan_in"')},
+    "kaiming_fans_ignore_kernel": {"kaiming": swap(KAIMING_OK, "fan_in, fan_out = fan_in_and_fan_out(tensor)",
+                                                   "fan_in, fan_out = tensor.shape[1], tensor.shape[0]")},
+    "kaiming_uniform_skips_mode_check": {"kaiming": swap(KAIMING_OK, '''    if mode not in ("fan_in", "fan_out"):
+        raise ValueError(mode)
+''', "") + '''
+_kaiming_normal_unchecked = kaiming_normal_
+def kaiming_normal_(tensor, a=0.0, mode="fan_in", nonlinearity="leaky_relu", generator=None):
+    if mode not in ("fan_in", "fan_out"):
+        raise ValueError(mode)
+    return _kaiming_normal_unchecked(tensor, a, mode, nonlinearity, generator)
+'''},
+    "kaiming_generator_reseeds_global_rng": {"kaiming": swap(swap(KAIMING_OK,
+        "        return tensor.normal_(0.0, std, generator=generator)",
+        "        if generator is not None:\n            torch.manual_seed(generator.initial_seed())\n"
+        "        return tensor.normal_(0.0, std)"),
+        "        return tensor.uniform_(-bound, bound, generator=generator)",
+        "        if generator is not None:\n            torch.manual_seed(generator.initial_seed())\n"
+        "        return tensor.uniform_(-bound, bound)")},
     # --- exercise 4: xavier
     "xavier_fan_in_only": {"xavier": '''
 def xavier_normal_(tensor, gain=1.0, generator=None):
@@ -169,6 +356,13 @@ def xavier_uniform_(tensor, gain=1.0, generator=None):
     b = gain * math.sqrt(6.0 / (fan_in + fan_out))
     return (torch.rand(tensor.shape, generator=generator).to(tensor.device) * 2 - 1) * b
 '''},
+    "xavier_visible_tests_only": {"xavier": VISIBLE_ONLY["xavier"]},
+    "xavier_fans_ignore_kernel": {"xavier": XAVIER_OK.replace("fan_in, fan_out = fan_in_and_fan_out(tensor)",
+                                                              "fan_in, fan_out = tensor.shape[1], tensor.shape[0]")},
+    "xavier_uniform_ignores_generator": {"xavier": swap(XAVIER_OK, "tensor.uniform_(-bound, bound, generator=generator)",
+                                                        "tensor.uniform_(-bound, bound)")},
+    "xavier_uniform_not_under_no_grad": {"xavier": swap(XAVIER_OK, '''    with torch.no_grad():
+        return tensor.uniform_(-bound, bound, generator=generator)''', '''    return tensor.uniform_(-bound, bound, generator=generator)''')},
     # --- exercise 5: activation_stats
     "stats_hooks_never_removed": {"activation_stats": '''
 def activation_stats(model, x):
@@ -222,6 +416,24 @@ def activation_stats(model, x):
             h.remove()
     return records
 '''},
+    "stats_visible_tests_only": {"activation_stats": VISIBLE_ONLY["activation_stats"]},
+    "stats_biased_std": {"activation_stats": swap(STATS_OK, "output.std().item()", "output.std(unbiased=False).item()")},
+    "stats_tensors_not_floats": {"activation_stats": swap(STATS_OK, "(name, output.mean().item(), output.std().item())",
+                                                          "(name, output.mean(), output.std())")},
+    "stats_swallows_the_exception": {"activation_stats": swap(STATS_OK, '''        with torch.no_grad():
+            model(x)
+''', '''        with torch.no_grad():
+            try:
+                model(x)
+            except Exception as exc:
+                print("forward pass failed:", exc)
+''')},
+    "stats_short_names": {"activation_stats": swap(STATS_OK, "handles.append(module.register_forward_hook(make_hook(name)))",
+                                                   "handles.append(module.register_forward_hook(make_hook(name.split('.')[-1])))")},
+    "stats_builds_a_graph": {"activation_stats": swap(STATS_OK, '''        with torch.no_grad():
+            model(x)
+''', '''        model(x)
+''')},
     # --- exercise 6: init_gpt
     "gpt_residual_scale_sqrt_L": {"init_gpt": '''
 def init_gpt_(model, std=0.02, zero_head=False):
@@ -324,6 +536,26 @@ def init_gpt_(model, std=0.02, zero_head=False):
             model.lm_head.weight.zero_()
     return model
 '''},
+    "gpt_visible_tests_only": {"init_gpt": VISIBLE_ONLY["init_gpt"]},
+    "gpt_layernorm_bias_none_crash": {"init_gpt": swap(GPT_OK, '''                m.weight.fill_(1.0)
+                if m.bias is not None:
+                    m.bias.zero_()''', '''                m.weight.fill_(1.0)
+                m.bias.zero_()''')},
+    "gpt_only_attention_c_proj_scaled": {"init_gpt": swap(GPT_OK, 'name.endswith("c_proj")', 'name.endswith("attn.c_proj")')},
+    "gpt_new_parameters_untie_head": {"init_gpt": swap(GPT_OK, "                m.weight.normal_(0.0, s)\n",
+                                                       "                m.weight = nn.Parameter(torch.randn_like(m.weight) * s)\n")},
+    "gpt_tied_zero_head_refused_too_late": {"init_gpt": swap(swap(GPT_OK, '''    if zero_head and model.cfg.tie_weights:
+        raise ValueError("tied head")
+''', ""), '''        if zero_head:
+            model.lm_head.weight.zero_()''', '''        if zero_head and model.cfg.tie_weights:
+            raise ValueError("tied head")
+        if zero_head:
+            model.lm_head.weight.zero_()''')},
+    "gpt_position_embedding_skipped": {"init_gpt": swap(GPT_OK, "elif isinstance(m, nn.Embedding):",
+                                                        "elif isinstance(m, nn.Embedding) and name.endswith('wte'):")},
+    "gpt_zero_head_ignored": {"init_gpt": swap(GPT_OK, '''        if zero_head:
+            model.lm_head.weight.zero_()
+''', "")},
     # --- exercise 7: self-check answers
     "answer_q1_seed_value": {"answers": '''
 q1_linear_default_std = 0.044

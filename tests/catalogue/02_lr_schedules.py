@@ -89,6 +89,50 @@ def swap(source: str, old: str, new: str) -> str:
     return source.replace(old, new)
 
 
+# The "visible-tests-only" answers: plausible code that silenced every visible test of the lab before the
+# visible tests covered the whole spec (issue: such a student scored 6/14). Each must now fail a visible test.
+# (That student's warmup_cosine_lambdalr, which called warmup_cosine_lr with max_lr=1, was right: not a bug.)
+VISIBLE_ONLY = {
+    "warmup_cosine_lr": '''
+def warmup_cosine_lr(step, max_lr, min_lr, warmup_steps, total_steps):
+    if step < warmup_steps:
+        return max_lr * (step + 1) / (warmup_steps + 1)
+    if step > total_steps:
+        return min_lr
+    progress = (step - warmup_steps) / (total_steps - warmup_steps)
+    return min_lr + (max_lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+''',
+    "noam": '''
+class NoamLR(LRScheduler):
+    def __init__(self, optimizer, d_model, warmup_steps, last_epoch=-1):
+        self.d_model = d_model
+        self.warmup_steps = warmup_steps
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        n = self.last_epoch + 1
+        return [base * self.d_model ** -0.5 * min(n ** -0.5, n * self.warmup_steps ** -1.5) for base in self.base_lrs]
+''',
+    "wsd_lr": '''
+def wsd_lr(step, max_lr, min_lr, warmup_steps, decay_steps, total_steps):
+    if step < warmup_steps:
+        return max_lr * (step + 1) / (warmup_steps + 1)
+    if step <= total_steps - decay_steps:
+        return max_lr
+    if step <= total_steps:
+        return max_lr + (min_lr - max_lr) * (step - (total_steps - decay_steps)) / decay_steps
+    return min_lr
+''',
+    "scaled_lr": '''
+def scaled_lr(base_lr, base_batch_size, batch_size, rule="linear", sqrt_above=8.0):
+    k = batch_size / base_batch_size
+    if rule == "sqrt":
+        return base_lr * math.sqrt(k)
+    return base_lr * k
+''',
+}
+
+
 BUGS = {
     # --- exercise 1: warmup_cosine_lr
     "wc_off_by_one_warmup": {"warmup_cosine_lr": swap(WC_OK, "(step + 1) / (warmup_steps + 1)", "step / warmup_steps")},
@@ -106,6 +150,13 @@ BUGS = {
         WC_OK, '''    if step < 0 or warmup_steps < 0 or total_steps <= warmup_steps or not 0 <= min_lr <= max_lr:
         raise ValueError("bad schedule")
 ''', "")},
+    "wc_visible_tests_only": {"warmup_cosine_lr": VISIBLE_ONLY["warmup_cosine_lr"]},
+    "wc_returns_int_floor": {"warmup_cosine_lr": swap(WC_OK, "return float(min_lr)", "return min_lr")},
+    "wc_rejects_min_lr_equal_to_max_lr": {"warmup_cosine_lr": swap(WC_OK, "not 0 <= min_lr <= max_lr",
+                                                                    "not 0 <= min_lr < max_lr")},
+    "wc_rejects_zero_min_lr": {"warmup_cosine_lr": swap(WC_OK, "not 0 <= min_lr <= max_lr", "not 0 < min_lr <= max_lr")},
+    "wc_accepts_total_equal_to_warmup": {"warmup_cosine_lr": swap(WC_OK, "total_steps <= warmup_steps",
+                                                                   "total_steps < warmup_steps")},
     # --- exercise 2: warmup_cosine_lambdalr
     "lam_hf_starts_at_zero": {"warmup_cosine_lambdalr": swap(LAMBDA_OK, "return (step + 1) / (W + 1)",
                                                                "return step / max(1, W)")},
@@ -132,6 +183,12 @@ def warmup_cosine_lambdalr(optimizer, warmup_steps, total_steps, min_lr_ratio=0.
         LAMBDA_OK, "    return LambdaLR(optimizer, factor)",
         "    sched = LambdaLR(optimizer, factor)\n    sched.step()  # 'skip' step 0\n    return sched")},
     "lam_no_floor_past_end": {"warmup_cosine_lambdalr": swap(LAMBDA_OK, "        if step > T:\n            return r\n", "")},
+    "lam_default_ratio_zero": {"warmup_cosine_lambdalr": swap(LAMBDA_OK, "min_lr_ratio=0.1):", "min_lr_ratio=0.0):")},
+    "lam_rejects_ratio_one": {"warmup_cosine_lambdalr": swap(LAMBDA_OK, "not 0 <= min_lr_ratio <= 1",
+                                                             "not 0 <= min_lr_ratio < 1")},
+    "lam_no_validation": {"warmup_cosine_lambdalr": swap(LAMBDA_OK, '''    if not 0 <= min_lr_ratio <= 1 or warmup_steps < 0 or total_steps <= warmup_steps:
+        raise ValueError("bad schedule")
+''', "")},
     # --- exercise 3: NoamLR
     "noam_seed_step_clamp": {"noam": swap(NOAM_OK, "n = self.last_epoch + 1", "n = max(self.last_epoch, 1)")},
     "noam_ignores_base_lrs": {"noam": swap(NOAM_OK, "return [base * factor for base in self.base_lrs]",
@@ -140,6 +197,12 @@ def warmup_cosine_lambdalr(optimizer, warmup_steps, total_steps, min_lr_ratio=0.
                                                'return [group["lr"] * factor for group in self.optimizer.param_groups]')},
     "noam_missing_d_model_factor": {"noam": swap(NOAM_OK, "factor = self.d_model ** -0.5 * min(", "factor = min(")},
     "noam_step_zero_division": {"noam": swap(NOAM_OK, "n = self.last_epoch + 1", "n = self.last_epoch")},
+    "noam_visible_tests_only": {"noam": VISIBLE_ONLY["noam"]},
+    "noam_drops_last_epoch": {"noam": swap(NOAM_OK, "super().__init__(optimizer, last_epoch)", "super().__init__(optimizer)")},
+    "noam_rejects_warmup_of_one": {"noam": swap(NOAM_OK, "if d_model <= 0 or warmup_steps <= 0:",
+                                                "if d_model <= 0 or warmup_steps <= 1:")},
+    "noam_rejects_only_zero": {"noam": swap(NOAM_OK, "if d_model <= 0 or warmup_steps <= 0:",
+                                            "if d_model == 0 or warmup_steps == 0:")},
     # --- exercise 4: wsd_lr
     "wsd_decay_goes_negative": {"wsd_lr": swap(WSD_OK, "    if step <= total_steps:\n        return max_lr", "    if True:\n        return max_lr")},
     "wsd_decays_from_end_of_warmup": {"wsd_lr": swap(WSD_OK, "start = total_steps - decay_steps",
@@ -149,6 +212,11 @@ def warmup_cosine_lambdalr(optimizer, warmup_steps, total_steps, min_lr_ratio=0.
     "wsd_off_by_one_warmup": {"wsd_lr": swap(WSD_OK, "(step + 1) / (warmup_steps + 1)", "step / warmup_steps")},
     "wsd_decays_to_zero": {"wsd_lr": swap(WSD_OK, "return max_lr + (min_lr - max_lr) * (step - start) / decay_steps",
                                           "return max_lr * (1 - (step - start) / decay_steps)")},
+    "wsd_visible_tests_only": {"wsd_lr": VISIBLE_ONLY["wsd_lr"]},
+    "wsd_returns_int_peak": {"wsd_lr": swap(WSD_OK, "return float(max_lr)", "return max_lr")},
+    "wsd_rejects_no_stable_phase": {"wsd_lr": swap(WSD_OK, "warmup_steps + decay_steps > total_steps",
+                                                   "warmup_steps + decay_steps >= total_steps")},
+    "wsd_accepts_zero_decay_steps": {"wsd_lr": swap(WSD_OK, "decay_steps < 1", "decay_steps < 0")},
     # --- exercise 5: scaled_lr
     "scale_seed_discontinuous_hybrid": {"scaled_lr": swap(
         SCALED_OK, "(k if k <= sqrt_above else sqrt_above * math.sqrt(k / sqrt_above))",
@@ -159,6 +227,11 @@ def warmup_cosine_lambdalr(optimizer, warmup_steps, total_steps, min_lr_ratio=0.
                                                "k = base_batch_size / batch_size")},
     "scale_unknown_rule_is_linear": {"scaled_lr": swap(SCALED_OK, "    raise ValueError(rule)",
                                                        "    return float(base_lr * k)")},
+    "scale_visible_tests_only": {"scaled_lr": VISIBLE_ONLY["scaled_lr"]},
+    "scale_rejects_zero_base_lr": {"scaled_lr": swap(SCALED_OK, "base_lr < 0", "base_lr <= 0")},
+    "scale_rejects_sqrt_above_one": {"scaled_lr": swap(SCALED_OK, "sqrt_above < 1", "sqrt_above <= 1")},
+    "scale_default_sqrt_above_ignored": {"scaled_lr": swap(SCALED_OK, 'rule="linear", sqrt_above=8.0):',
+                                                           'rule="linear", sqrt_above=4.0):')},
     # --- exercise 6: self-check answers
     "answer_q1_seed_noam_peak": {"answers": swap(ANSWERS_OK, "q1_noam_peak = 512 ** -0.5 * 4000 ** -0.5",
                                                   "q1_noam_peak = 0.002")},
