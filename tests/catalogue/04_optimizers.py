@@ -149,6 +149,82 @@ def _answers(old: str, new: str) -> str:
     return ANSWERS_OK.replace(old, new)
 
 
+# "Stops when the visible tests are silent": the plausible answer to each exercise that passed every visible test of
+# the first edition of this lab (the visible tests then did not exercise what the rest of the spec names). Each must
+# now fail a visible test of its exercise, with a message that says what to fix.
+VISIBLE_ONLY_NP = '''
+def adamw_update_step(params, grads, m, v, t, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01):
+    if t == 0:
+        raise ValueError("t starts at 1")
+    for key in params:
+        g = grads[key]
+        params[key] *= 1 - lr * weight_decay
+        m[key] = beta1 * m[key] + (1 - beta1) * g
+        v[key] = beta2 * v[key] + (1 - beta2) * g ** 2
+        m_hat = m[key] / (1 - beta1 ** t)
+        v_hat = v[key] / (1 - beta2 ** t)
+        params[key] -= lr * m_hat / (np.sqrt(v_hat) + eps)
+'''
+
+VISIBLE_ONLY_ADAMW = '''
+class AdamW(torch.optim.Optimizer):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+        self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        beta1, beta2 = self.betas
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros_like(p)
+                state["step"] += 1
+                t = state["step"]
+                p.mul_(1 - self.lr * self.weight_decay)
+                state["exp_avg"].mul_(beta1).add_(p.grad, alpha=1 - beta1)
+                state["exp_avg_sq"].mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+                m_hat = state["exp_avg"] / (1 - beta1 ** t)
+                v_hat = state["exp_avg_sq"] / (1 - beta2 ** t)
+                p.sub_(self.lr * m_hat / (v_hat.sqrt() + self.eps))
+'''
+
+VISIBLE_ONLY_LION = '''
+class Lion(torch.optim.Optimizer):
+    def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0):
+        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            lr, wd = group["lr"], group["weight_decay"]
+            beta1, beta2 = self.defaults["betas"]
+            for p in group["params"]:
+                state = self.state[p]
+                if "m" not in state:
+                    state["m"] = torch.zeros_like(p)
+                m = state["m"]
+                p.mul_(1 - lr * wd)
+                p.add_(torch.sign(beta1 * m + (1 - beta1) * p.grad), alpha=-lr)
+                m.mul_(beta2).add_(p.grad, alpha=1 - beta2)
+'''
+
+VISIBLE_ONLY_GROUPS = '''
+def build_param_groups(model, weight_decay, decay_embeddings=False):
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        is_embedding = "wte" in name or "wpe" in name
+        if p.dim() >= 2 and (decay_embeddings or not is_embedding):
+            decay.append(p)
+        else:
+            no_decay.append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+'''
+
+
 BUGS = {
     # --- exercise 1: adamw_update_step
     "np_coupled_weight_decay": {"adamw_update_step": _np(
@@ -184,6 +260,11 @@ def adamw_update_step(params, grads, m, v, t, lr=1e-3, beta1=0.9, beta2=0.999, e
         "        g = grads.get(key)\n        if g is None:\n            continue\n",
         "        g = grads.get(key)\n        if g is None:\n            g = np.zeros_like(params[key])\n")},
 
+    "np_visible_tests_only": {"adamw_update_step": VISIBLE_ONLY_NP},
+    "np_rejects_only_t_zero": {"adamw_update_step": _np("    if t < 1:\n", "    if t == 0:\n")},
+    "np_returns_params": {"adamw_update_step": NP_OK.rstrip("\n") + "\n    return params\n"},
+    "np_default_weight_decay_zero": {"adamw_update_step": _np("weight_decay=0.01):", "weight_decay=0.0):")},
+
     # --- exercise 2: AdamW(torch.optim.Optimizer)
     "coupled_weight_decay": {"adamw_optimizer": _adamw(
         "                p.mul_(1 - lr * wd)\n", "                g = g.add(p, alpha=wd)   # L2 instead of decoupled decay\n")},
@@ -211,6 +292,21 @@ def adamw_update_step(params, grads, m, v, t, lr=1e-3, beta1=0.9, beta2=0.999, e
         "                if p.grad is None:\n                    continue\n                g = p.grad\n",
         "                g = p.grad if p.grad is not None else torch.zeros_like(p)\n")},
 
+    "adamw_visible_tests_only": {"adamw_optimizer": VISIBLE_ONLY_ADAMW},
+    "adamw_rejects_zero_lr": {"adamw_optimizer": _adamw("if lr < 0 or", "if lr <= 0 or")},
+    "adamw_rejects_zero_eps": {"adamw_optimizer": _adamw("or eps < 0 or", "or eps <= 0 or")},
+    "adamw_accepts_beta_one": {"adamw_optimizer": _adamw("0.0 <= b < 1.0", "0.0 <= b <= 1.0")},
+    "adamw_default_weight_decay_zero": {"adamw_optimizer": _adamw("weight_decay=1e-2):", "weight_decay=0.0):")},
+    "adamw_closure_loss_dropped": {"adamw_optimizer": _adamw("        return loss\n", "        return None\n")},
+    "adamw_closure_without_grad": {"adamw_optimizer": _adamw(
+        "            with torch.enable_grad():\n                loss = closure()\n", "            loss = closure()\n")},
+    "adamw_lr_cached_at_construction": {"adamw_optimizer": _adamw(
+        "        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))\n",
+        "        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))\n"
+        "        self.lrs = [group['lr'] for group in self.param_groups]\n").replace(
+        "        for group in self.param_groups:\n            lr, wd, eps = group[\"lr\"], group[\"weight_decay\"], group[\"eps\"]\n",
+        "        for i, group in enumerate(self.param_groups):\n            lr, wd, eps = self.lrs[i], group[\"weight_decay\"], group[\"eps\"]\n")},
+
     # --- exercise 3: Lion
     "lion_momentum_updated_before_sign": {"lion": _lion(
         "                c = beta1 * m + (1 - beta1) * g\n                p.add_(torch.sign(c), alpha=-lr)\n"
@@ -225,6 +321,17 @@ def adamw_update_step(params, grads, m, v, t, lr=1e-3, beta1=0.9, beta2=0.999, e
     "lion_state_under_other_key": {"lion": _lion(
         '                if "exp_avg" not in state:\n                    state["exp_avg"] = torch.zeros_like(p)\n                m = state["exp_avg"]\n',
         '                if "momentum" not in state:\n                    state["momentum"] = torch.zeros_like(p)\n                m = state["momentum"]\n')},
+
+    "lion_visible_tests_only": {"lion": VISIBLE_ONLY_LION},
+    "lion_accepts_zero_lr": {"lion": _lion("if lr <= 0 or", "if lr < 0 or")},
+    "lion_rejects_beta_one": {"lion": _lion("0.0 <= b <= 1.0", "0.0 <= b < 1.0")},
+    "lion_default_lr_1e-3": {"lion": _lion("lr=1e-4, betas", "lr=1e-3, betas")},
+    "lion_decays_params_without_grad": {"lion": _lion(
+        "                if p.grad is None:\n                    continue\n",
+        "                if p.grad is None:\n                    p.mul_(1 - lr * wd)\n                    continue\n")},
+    "lion_closure_loss_dropped": {"lion": _lion("        return loss\n", "        return None\n")},
+    "lion_betas_from_defaults": {"lion": _lion('            beta1, beta2 = group["betas"]\n',
+                                               '            beta1, beta2 = self.defaults["betas"]\n')},
 
     # --- exercise 4: build_param_groups
     "groups_bias_name_rule": {"param_groups": '''
@@ -267,6 +374,29 @@ def build_param_groups(model, weight_decay, decay_embeddings=False):
     "groups_wrong_order": {"param_groups": _groups(
         'return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]',
         'return [{"params": no_decay, "weight_decay": 0.0}, {"params": decay, "weight_decay": weight_decay}]')},
+
+    "groups_visible_tests_only": {"param_groups": VISIBLE_ONLY_GROUPS},
+    "groups_default_decays_embeddings": {"param_groups": _groups("decay_embeddings=False):", "decay_embeddings=True):")},
+    "groups_frozen_filtered_for_matrices_only": {"param_groups": _groups(
+        "        if not p.requires_grad:\n            continue\n        if p.dim() >= 2 and",
+        "        if p.dim() >= 2 and p.requires_grad and")},
+    "groups_embeddings_by_name": {"param_groups": _groups(
+        "(decay_embeddings or id(p) not in embeddings)", "(decay_embeddings or 'emb' not in names[id(p)])").replace(
+        "    decay, no_decay = [], []\n", "    names = {id(p): n for n, p in model.named_parameters()}\n    decay, no_decay = [], []\n", 1)},
+    "groups_first_module_decides": {"param_groups": '''
+def build_param_groups(model, weight_decay, decay_embeddings=False):
+    decay, no_decay, seen = [], [], set()
+    for module in model.modules():
+        for p in module.parameters(recurse=False):
+            if id(p) in seen or not p.requires_grad:
+                continue
+            seen.add(id(p))                 # a shared weight is judged by the first module that holds it
+            if p.dim() >= 2 and (decay_embeddings or not isinstance(module, nn.Embedding)):
+                decay.append(p)
+            else:
+                no_decay.append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+'''},
 
     # --- exercise 5: self-check answers
     "answer_q1_forgot_lr": {"answers": _answers("q1_decay_fraction_per_step = 2e-3 * 0.05", "q1_decay_fraction_per_step = 0.05")},
