@@ -12,9 +12,13 @@ import pytest
 from jupyter_client.manager import KernelManager
 
 from autograder import notebooks as nbu
-from course import ASSIGNMENTS, CATALOGUE, assert_bug_isolated, load_catalogue, lost_points, source_nb
+from course import ASSIGNMENTS, CATALOGUE, assert_bug_isolated, load_catalogue, lost_points, release_nb, source_nb
 
 CASES = [(a, bug) for a in ASSIGNMENTS if (CATALOGUE / f"{a}.py").exists() for bug in load_catalogue(a).BUGS]
+# CONTRIBUTING.md, "Tests that are fair to students": a catalogue's VISIBLE_ONLY = {solution cell: source} holds the
+# answers a student stopped at once the visible tests of an earlier edition were silent.
+VISIBLE_ONLY_CASES = [(a, cell) for a in ASSIGNMENTS if (CATALOGUE / f"{a}.py").exists()
+                      for cell in getattr(load_catalogue(a), "VISIBLE_ONLY", {})]
 
 
 def test_every_assignment_has_a_catalogue_of_three_bugs_per_exercise():
@@ -49,3 +53,13 @@ def test_bug_loses_exactly_its_exercise_points(assignment, bug, kernel):
     (exercise,) = set(cells)
     per_exercise = nbu.by_exercise(nbu.quick_grade(source_nb(assignment), cells, km=kernel))
     assert_bug_isolated(per_exercise, exercise, f"bug {bug!r}")
+
+
+@pytest.mark.parametrize("assignment,cell", VISIBLE_ONLY_CASES)
+def test_visible_tests_catch_the_visible_tests_only_answer(assignment, cell, kernel):
+    """In the student's lab (visible tests only), a VISIBLE_ONLY answer fails a test of its own exercise."""
+    answer = {cell: load_catalogue(assignment).VISIBLE_ONLY[cell]}
+    per_exercise = nbu.by_exercise(nbu.quick_grade(release_nb(assignment), answer, km=kernel))
+    got, out_of = per_exercise[cell]
+    assert got < out_of, (f"{assignment}: every visible test of {cell!r} passes for its visible-tests-only answer; "
+                          "a visible test must show the behaviour it misses")
