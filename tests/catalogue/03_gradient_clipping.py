@@ -88,7 +88,8 @@ def accumulation_step(model, optimizer, micro_batches, loss_fn, max_norm):
 # "Stops when the visible tests are silent": the plausible answer to each exercise that passed every visible test of
 # the first edition of this lab (the visible tests then did not exercise what the rest of the spec names). Each must
 # now fail a visible test of its exercise, with a message that says what to fix.
-VISIBLE_ONLY_CLIP = '''
+VISIBLE_ONLY = {
+    "clip_grad_norm": '''
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False):
     grads = [p.grad for p in parameters if p.grad is not None]
     total = torch.sqrt(sum((g ** 2).sum() for g in grads))
@@ -96,9 +97,8 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     for g in grads:
         g.mul_(coef)
     return total
-'''
-
-VISIBLE_ONLY_DETECTOR = '''
+''',
+    "spike_detector": '''
 class SpikeDetector:
     def __init__(self, window=50, factor=5.0, min_history=10):
         self.window, self.factor, self.min_history = window, factor, min_history
@@ -111,9 +111,8 @@ class SpikeDetector:
             return True
         self.history.append(grad_norm)
         return False
-'''
-
-VISIBLE_ONLY_GUARD = '''
+''',
+    "guarded_step": '''
 class GuardedStep:
     def __init__(self, optimizer, max_norm, detector=None):
         self.optimizer, self.max_norm, self.detector = optimizer, max_norm, detector
@@ -132,9 +131,8 @@ class GuardedStep:
         self.num_steps += 1
         self.optimizer.zero_grad(set_to_none=True)
         return True
-'''
-
-VISIBLE_ONLY_ACCUM = '''
+''',
+    "accumulation_step": '''
 def accumulation_step(model, optimizer, micro_batches, loss_fn, max_norm):
     optimizer.zero_grad(set_to_none=True)
     total_loss = 0.0
@@ -145,7 +143,8 @@ def accumulation_step(model, optimizer, micro_batches, loss_fn, max_norm):
     norm = clip_grad_norm_(model.parameters(), max_norm)
     optimizer.step()
     return total_loss, norm.item()
-'''
+''',
+}
 
 
 def _swap(source: str, old: str, new: str) -> str:
@@ -218,7 +217,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     "clip_iterates_a_single_tensor": {"clip_grad_norm": _swap(CLIP_OK, '''    if isinstance(parameters, torch.Tensor):
         parameters = [parameters]
 ''', "")},
-    "clip_visible_tests_only": {"clip_grad_norm": VISIBLE_ONLY_CLIP},
+    "clip_visible_tests_only": {"clip_grad_norm": VISIBLE_ONLY["clip_grad_norm"]},
     "clip_returns_python_float": {"clip_grad_norm": _swap(CLIP_OK, "    return total\n", "    return total.item()\n")},
     "clip_no_grads_returns_python_zero": {"clip_grad_norm": _swap(CLIP_OK, "        return torch.tensor(0.0)\n",
                                                                   "        return 0.0\n")},
@@ -242,7 +241,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     "detector_flags_at_equality": {"spike_detector": _swap(DETECTOR_OK, "norm > self.factor", "norm >= self.factor")},
     "detector_no_warmup": {"spike_detector": _swap(DETECTOR_OK, "len(self.history) >= self.min_history",
                                                    "len(self.history) > 0")},
-    "detector_visible_tests_only": {"spike_detector": VISIBLE_ONLY_DETECTOR},
+    "detector_visible_tests_only": {"spike_detector": VISIBLE_ONLY["spike_detector"]},
     "detector_rejects_min_history_equal_to_window": {"spike_detector": _swap(DETECTOR_OK, "not 1 <= min_history <= window",
                                                                              "not 1 <= min_history < window")},
     "detector_rejects_window_one": {"spike_detector": _swap(DETECTOR_OK, "if window < 1 or", "if window <= 1 or")},
@@ -313,7 +312,7 @@ class GuardedStep:
         self.skip_reasons[reason] += 1
         return False
 '''},
-    "guard_visible_tests_only": {"guarded_step": VISIBLE_ONLY_GUARD},
+    "guard_visible_tests_only": {"guarded_step": VISIBLE_ONLY["guarded_step"]},
     "guard_clips_first_param_group_only": {"guarded_step": _swap(GUARD_OK,
         '        params = [p for group in self.optimizer.param_groups for p in group["params"]]',
         '        params = self.optimizer.param_groups[0]["params"]')},
@@ -377,7 +376,7 @@ def accumulation_step(model, optimizer, micro_batches, loss_fn, max_norm):
     optimizer.step()
     return loss.item(), float(norm)
 '''},
-    "accum_visible_tests_only": {"accumulation_step": VISIBLE_ONLY_ACCUM},
+    "accum_visible_tests_only": {"accumulation_step": VISIBLE_ONLY["accumulation_step"]},
     "accum_returns_tensors": {"accumulation_step": _swap(ACCUM_OK, '''        loss_sum += loss.item() * weight
     norm = clip_grad_norm_(model.parameters(), max_norm)
     optimizer.step()

@@ -152,7 +152,8 @@ def _answers(old: str, new: str) -> str:
 # "Stops when the visible tests are silent": the plausible answer to each exercise that passed every visible test of
 # the first edition of this lab (the visible tests then did not exercise what the rest of the spec names). Each must
 # now fail a visible test of its exercise, with a message that says what to fix.
-VISIBLE_ONLY_NP = '''
+VISIBLE_ONLY = {
+    "adamw_update_step": '''
 def adamw_update_step(params, grads, m, v, t, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01):
     if t == 0:
         raise ValueError("t starts at 1")
@@ -164,9 +165,8 @@ def adamw_update_step(params, grads, m, v, t, lr=1e-3, beta1=0.9, beta2=0.999, e
         m_hat = m[key] / (1 - beta1 ** t)
         v_hat = v[key] / (1 - beta2 ** t)
         params[key] -= lr * m_hat / (np.sqrt(v_hat) + eps)
-'''
-
-VISIBLE_ONLY_ADAMW = '''
+''',
+    "adamw_optimizer": '''
 class AdamW(torch.optim.Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
@@ -190,9 +190,8 @@ class AdamW(torch.optim.Optimizer):
                 m_hat = state["exp_avg"] / (1 - beta1 ** t)
                 v_hat = state["exp_avg_sq"] / (1 - beta2 ** t)
                 p.sub_(self.lr * m_hat / (v_hat.sqrt() + self.eps))
-'''
-
-VISIBLE_ONLY_LION = '''
+''',
+    "lion": '''
 class Lion(torch.optim.Optimizer):
     def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0):
         super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
@@ -210,9 +209,8 @@ class Lion(torch.optim.Optimizer):
                 p.mul_(1 - lr * wd)
                 p.add_(torch.sign(beta1 * m + (1 - beta1) * p.grad), alpha=-lr)
                 m.mul_(beta2).add_(p.grad, alpha=1 - beta2)
-'''
-
-VISIBLE_ONLY_GROUPS = '''
+''',
+    "param_groups": '''
 def build_param_groups(model, weight_decay, decay_embeddings=False):
     decay, no_decay = [], []
     for name, p in model.named_parameters():
@@ -222,7 +220,8 @@ def build_param_groups(model, weight_decay, decay_embeddings=False):
         else:
             no_decay.append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-'''
+''',
+}
 
 
 BUGS = {
@@ -260,7 +259,7 @@ def adamw_update_step(params, grads, m, v, t, lr=1e-3, beta1=0.9, beta2=0.999, e
         "        g = grads.get(key)\n        if g is None:\n            continue\n",
         "        g = grads.get(key)\n        if g is None:\n            g = np.zeros_like(params[key])\n")},
 
-    "np_visible_tests_only": {"adamw_update_step": VISIBLE_ONLY_NP},
+    "np_visible_tests_only": {"adamw_update_step": VISIBLE_ONLY["adamw_update_step"]},
     "np_rejects_only_t_zero": {"adamw_update_step": _np("    if t < 1:\n", "    if t == 0:\n")},
     "np_returns_params": {"adamw_update_step": NP_OK.rstrip("\n") + "\n    return params\n"},
     "np_default_weight_decay_zero": {"adamw_update_step": _np("weight_decay=0.01):", "weight_decay=0.0):")},
@@ -292,7 +291,7 @@ def adamw_update_step(params, grads, m, v, t, lr=1e-3, beta1=0.9, beta2=0.999, e
         "                if p.grad is None:\n                    continue\n                g = p.grad\n",
         "                g = p.grad if p.grad is not None else torch.zeros_like(p)\n")},
 
-    "adamw_visible_tests_only": {"adamw_optimizer": VISIBLE_ONLY_ADAMW},
+    "adamw_visible_tests_only": {"adamw_optimizer": VISIBLE_ONLY["adamw_optimizer"]},
     "adamw_rejects_zero_lr": {"adamw_optimizer": _adamw("if lr < 0 or", "if lr <= 0 or")},
     "adamw_rejects_zero_eps": {"adamw_optimizer": _adamw("or eps < 0 or", "or eps <= 0 or")},
     "adamw_accepts_beta_one": {"adamw_optimizer": _adamw("0.0 <= b < 1.0", "0.0 <= b <= 1.0")},
@@ -322,7 +321,7 @@ def adamw_update_step(params, grads, m, v, t, lr=1e-3, beta1=0.9, beta2=0.999, e
         '                if "exp_avg" not in state:\n                    state["exp_avg"] = torch.zeros_like(p)\n                m = state["exp_avg"]\n',
         '                if "momentum" not in state:\n                    state["momentum"] = torch.zeros_like(p)\n                m = state["momentum"]\n')},
 
-    "lion_visible_tests_only": {"lion": VISIBLE_ONLY_LION},
+    "lion_visible_tests_only": {"lion": VISIBLE_ONLY["lion"]},
     "lion_accepts_zero_lr": {"lion": _lion("if lr <= 0 or", "if lr < 0 or")},
     "lion_rejects_beta_one": {"lion": _lion("0.0 <= b <= 1.0", "0.0 <= b < 1.0")},
     "lion_default_lr_1e-3": {"lion": _lion("lr=1e-4, betas", "lr=1e-3, betas")},
@@ -375,7 +374,7 @@ def build_param_groups(model, weight_decay, decay_embeddings=False):
         'return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]',
         'return [{"params": no_decay, "weight_decay": 0.0}, {"params": decay, "weight_decay": weight_decay}]')},
 
-    "groups_visible_tests_only": {"param_groups": VISIBLE_ONLY_GROUPS},
+    "groups_visible_tests_only": {"param_groups": VISIBLE_ONLY["param_groups"]},
     "groups_default_decays_embeddings": {"param_groups": _groups("decay_embeddings=False):", "decay_embeddings=True):")},
     "groups_frozen_filtered_for_matrices_only": {"param_groups": _groups(
         "        if not p.requires_grad:\n            continue\n        if p.dim() >= 2 and",
