@@ -9,8 +9,8 @@ STAMP  := $(VENV)/.installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 # Offline by default: wandb never tries the network unless a student opts in.
 export WANDB_MODE ?= offline
-# CI machines have 2 cores; parallel pytest workers (pytest-xdist).
-JOBS ?= 2
+# Parallel workers for pytest-xdist and for make grade: one per core (CI machines have 2).
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # Jupyter refuses to run as root unless told to (containers and CI machines often are root).
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
@@ -20,7 +20,7 @@ help:
 	@echo "make lab    start JupyterLab on the course (installs what it needs the first time)"
 	@echo "make test   run the whole test suite (notebooks, autograder proofs, packaging)"
 	@echo "make labs   regenerate labs/ from solutions/ (nbgrader generate_assignment)"
-	@echo "make grade  autograde submitted/<student>/<assignment>/, write feedback/ and grades/grades.csv"
+	@echo "make grade  autograde submitted/<student>/<assignment>/ (JOBS at once, sandboxed), write feedback/ and grades/grades.csv"
 	@echo "make test-gpu  CUDA-only checks (skip without a GPU) and the mixed-precision speed/memory table"
 
 $(STAMP): pyproject.toml
@@ -54,7 +54,7 @@ labs: install
 	$(BIN)/nbgrader generate_assignment "*" --force
 
 grade: install
-	$(BIN)/python -m autograder.grade
+	$(BIN)/python -m autograder.grade --jobs $(JOBS)
 
 normalize: install
 	$(BIN)/python -m autograder.notebooks normalize lessons/*.ipynb solutions/*/*.ipynb

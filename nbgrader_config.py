@@ -1,9 +1,8 @@
 """nbgrader configuration for this course (read by every nbgrader command run from this folder)."""
 import os
 
-from autograder.preprocessors import StderrToStdout
-from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Execute, LimitOutput,
-                                    SaveAutoGrades)
+from autograder.preprocessors import SafeExecute, StderrToStdout
+from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, LimitOutput, SaveAutoGrades
 from nbconvert.preprocessors import ClearMetadataPreprocessor
 
 c = get_config()  # noqa: F821 (injected by nbgrader)
@@ -21,10 +20,13 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
 # A cell may train a small model: allow minutes, not nbgrader's default 30 s.
 c.Execute.timeout = 300
-# Same pipeline as nbgrader's default, with IgnorePattern replaced by StderrToStdout so that a harmless
-# warning in a test cell cannot zero it (see autograder/preprocessors.py).
+# A cell that runs past the timeout is interrupted and scores 0; the cells after it still run.
+c.Execute.interrupt_on_timeout = True
+# Same pipeline as nbgrader's default, with two changes (see autograder/preprocessors.py): SafeExecute keeps
+# grading when a kernel dies (the affected cells score 0, with the reason), and StderrToStdout replaces
+# IgnorePattern so that a harmless warning in a test cell cannot zero it.
 c.Autograde.autograde_preprocessors = [
-    Execute,
+    SafeExecute,
     StderrToStdout,
     ClearMetadataPreprocessor,
     LimitOutput,

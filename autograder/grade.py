@@ -1,24 +1,45 @@
 """Grade every submission under ``submitted/<student>/<assignment>/`` (the CLI behind ``make grade``).
 
-    python -m autograder.grade [--course-dir DIR] [--assignment NAME ...]
+    python -m autograder.grade [--course-dir DIR] [--assignment NAME ...] [--jobs N] [--cell-timeout S]
 
-For each submission it runs ``nbgrader autograde`` on its own, so one broken or crashing notebook
-cannot stop the others; then it writes feedback HTML (``feedback/``), a grades CSV
-(``grades/grades.csv``, nbgrader's export format) and prints a table. A submission that could not be
-graded is listed as FAILED with the path of its log, and scores 0 in the table until it is fixed.
-Exit status: 0 if every submission was graded, 1 if some failed, 2 if there was nothing to grade.
+Submissions are graded in parallel (``--jobs``, default: the number of cores), each on its own:
+- in a scratch copy that holds only that submission and a gradebook with no other student in it;
+- by its own ``nbgrader autograde`` process, in a sandbox where it can (no network, the instructor's
+  files out of reach, memory/CPU/file-size limits: see ``autograder/sandbox.py``);
+- with a wall-clock limit, so a submission that hangs cannot hold up the batch.
+The results are then written into the course gradebook one submission at a time (so it is never written
+concurrently), the autograded notebooks copied to ``autograded/``, feedback HTML written to ``feedback/``,
+a grades CSV to ``grades/grades.csv`` (nbgrader's export format), and a table printed.
+
+Regrading keeps manual grades: a written answer that a grader already scored, and that the student has not
+changed since, keeps its score and is not flagged for manual grading again.
+
+A submission that could not be graded at all is listed as FAILED with the reason and its log, and
+scores 0 until it is fixed. Exit status: 0 if every submission was graded, 1 if some failed, 2 if there was
+nothing to grade.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
+import warnings
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import nbformat
+
+from autograder import sandbox
 
 # Assignments are generated into this scratch release folder (not labs/) so grading never rewrites
 # the committed student notebooks; the gradebook gets the same cells and checksums either way.
 SCRATCH_RELEASE = ".nbgrader_release"
+CONFIG = "nbgrader_config.py"
 
 
 def put_venv_on_path() -> None:
@@ -49,11 +70,209 @@ def find_submissions(course: Path, only: list[str] | None) -> list[tuple[str, st
     return subs
 
 
+# ---------------------------------------------------------------------------------------------------
+# 1. Per assignment: a template scratch course whose gradebook knows the assignment and no student.
+# ---------------------------------------------------------------------------------------------------
+def make_template(course: Path, assignment: str, batch: Path, logs: Path) -> Path | None:
+    """Generate ``assignment`` into a fresh course folder, then remove the reference notebooks from it.
+
+    What is left (config, a gradebook with the assignment's locked cells and tests, an empty source
+    folder) is all ``nbgrader autograde`` needs; each submission is graded in a copy of it.
+    """
+    template = batch / "templates" / assignment
+    (template / "solutions").mkdir(parents=True)
+    shutil.copy(course / CONFIG, template / CONFIG)
+    shutil.copytree(course / "solutions" / assignment, template / "solutions" / assignment)
+    if not nbgrader(template, "generate_assignment", assignment, "--force",
+                    f"--CourseDirectory.release_directory={SCRATCH_RELEASE}", log=logs / f"template_{assignment}.log"):
+        return None
+    shutil.rmtree(template / "solutions" / assignment)
+    shutil.rmtree(template / SCRATCH_RELEASE)
+    (template / "solutions" / assignment).mkdir()
+    _copy_due_date(course, template, assignment)
+    return template
+
+
+def _copy_due_date(course: Path, template: Path, assignment: str) -> None:
+    """Late penalties are computed in the scratch gradebook: it needs the instructor's due date."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(db_url(course)) as gb:
+        duedate = gb.find_assignment(assignment).duedate
+    if duedate is not None:
+        with Gradebook(db_url(template)) as gb:
+            gb.update_or_create_assignment(assignment, duedate=duedate)
+
+
+def db_url(course: Path) -> str:
+    return f"sqlite:///{course / 'gradebook.db'}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# 2. Per submission, in parallel: grade in a scratch copy, read the results back.
+# ---------------------------------------------------------------------------------------------------
+@dataclass
+class Result:
+    student: str
+    assignment: str
+    scratch: Path
+    log: Path
+    error: str = ""                      # why it could not be graded; "" when it was
+    grades: dict = field(default_factory=dict)     # (notebook, cell) -> (auto_score, needs_manual_grade)
+    comments: dict = field(default_factory=dict)   # (notebook, cell) -> auto_comment
+    penalties: dict = field(default_factory=dict)  # notebook -> late_submission_penalty
+    timestamp: object = None
+
+
+def grade_one(course: Path, template: Path, batch: Path, key: str, student: str, assignment: str, *, logs: Path,
+              cell_timeout: int | None, wall_timeout: int, limits: sandbox.Limits, isolate: bool) -> Result:
+    scratch = batch / "subs" / key
+    shutil.copytree(template, scratch)
+    shutil.copytree(course / "submitted" / student / assignment, scratch / "submitted" / student / assignment)
+    for d in ("home", "runtime"):
+        (scratch / ".grader" / d).mkdir(parents=True)
+    log = logs / f"autograde_{student}_{assignment}.log"
+    result = Result(student, assignment, scratch, log)
+
+    cmd = [sys.executable, "-m", "nbgrader", "autograde", assignment, "--student", student, "--force"]
+    if cell_timeout is not None:
+        cmd.append(f"--Execute.timeout={cell_timeout}")
+    if isolate:
+        cmd = sandbox.wrap(cmd, course, batch / "subs", scratch, limits)
+    env = {**os.environ, "HOME": str(scratch / ".grader" / "home"),
+           "JUPYTER_RUNTIME_DIR": str(scratch / ".grader" / "runtime"),
+           "MPLCONFIGDIR": str(scratch / ".grader" / "home"), "WANDB_MODE": "offline",
+           "WANDB_DIR": str(scratch / ".grader" / "home")}
+    try:
+        proc = subprocess.run(cmd, cwd=scratch, capture_output=True, text=True, env=env,
+                              timeout=wall_timeout, start_new_session=True)
+        out, rc = proc.stdout + proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as exc:
+        out = f"{exc.stdout or ''}{exc.stderr or ''}"
+        rc = None
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(f"$ {' '.join(cmd)}\n{out}", encoding="utf-8")
+    if rc is None:
+        result.error = f"grading took longer than {wall_timeout} s and was stopped"
+    elif rc != 0:
+        result.error = _nbgrader_error(out) or f"nbgrader exited with status {rc}"
+    if not result.error:
+        _read_results(result)
+    return result
+
+
+def _nbgrader_error(log_text: str) -> str:
+    """The reason nbgrader gave, in one line: its own ERROR line, else the exception at the end of the log."""
+    if "No notebooks found" in log_text:
+        return "the submission folder holds none of the assignment's notebooks"
+    exceptions = [ln.strip() for ln in log_text.splitlines() if re.match(r"^\w+(\.\w+)*(Error|Exception): ", ln.strip())]
+    errors = [re.sub(r"^\[.*?\|\s*ERROR\]\s*", "", ln.strip()) for ln in log_text.splitlines() if "| ERROR]" in ln]
+    found = exceptions[-1:] or errors[:1]
+    return found[0][:300] if found else ""
+
+
+def _read_results(result: Result) -> None:
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(db_url(result.scratch)) as gb:
+        try:
+            sub = gb.find_submission(result.assignment, result.student)
+        except MissingEntry:
+            result.error = "nbgrader recorded no submission (see the log)"
+            return
+        result.timestamp = sub.timestamp
+        for nb in sub.notebooks:
+            result.penalties[nb.name] = nb.late_submission_penalty
+            for g in nb.grades:
+                result.grades[nb.name, g.name] = (g.auto_score, g.needs_manual_grade)
+            for c in nb.comments:
+                result.comments[nb.name, c.name] = c.auto_comment
+
+
+# ---------------------------------------------------------------------------------------------------
+# 3. Serially, in the main process: write each result into the course gradebook and folders.
+# ---------------------------------------------------------------------------------------------------
+def merge(course: Path, result: Result) -> None:
+    """Record one graded submission in the course: gradebook rows, autograded notebooks."""
+    with warnings.catch_warnings():
+        # nbgrader's update_or_create_submission trips SQLAlchemy autoflush warnings (harmless, its own).
+        warnings.simplefilter("ignore")
+        _merge(course, result)
+
+
+def _merge(course: Path, result: Result) -> None:
+    from nbgrader.api import Gradebook
+
+    src = result.scratch / "autograded" / result.student / result.assignment
+    dest = course / "autograded" / result.student / result.assignment
+    unchanged = _unchanged_written_answers(dest, src)
+    with Gradebook(db_url(course)) as gb:
+        gb.update_or_create_student(result.student)
+        sub = gb.update_or_create_submission(result.assignment, result.student, timestamp=result.timestamp)
+        for nb in sub.notebooks:
+            nb.late_submission_penalty = result.penalties.get(nb.name)
+            for g in nb.grades:
+                auto, needs_manual = result.grades.get((nb.name, g.name), (0.0, False))
+                g.auto_score = auto
+                if g.manual_score is not None and (nb.name, g.name) in unchanged:
+                    needs_manual = False             # graded by hand, answer unchanged: keep that grade
+                elif g.manual_score is not None:
+                    g.manual_score = None            # the answer changed: the old manual grade no longer applies
+                    needs_manual = True
+                g.needs_manual_grade = bool(needs_manual)
+            for c in nb.comments:
+                c.auto_comment = result.comments.get((nb.name, c.name))
+        gb.db.commit()
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(src, dest)
+
+
+def _unchanged_written_answers(old_dir: Path, new_dir: Path) -> set[tuple[str, str]]:
+    """(notebook, grade_id) of manually graded cells whose source is the same in both autograded copies."""
+    same = set()
+    for new_path in new_dir.glob("*.ipynb"):
+        old_path = old_dir / new_path.name
+        if not old_path.exists():
+            continue
+        old, new = (_manual_cells(p) for p in (old_path, new_path))
+        same |= {(new_path.stem, gid) for gid, src in new.items() if old.get(gid) == src}
+    return same
+
+
+def _manual_cells(path: Path) -> dict[str, str]:
+    try:
+        nb = nbformat.read(str(path), as_version=4)
+    except Exception:
+        return {}
+    out = {}
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("grade") and meta.get("solution"):
+            out[meta["grade_id"]] = cell.source
+    return out
+
+
+def record_failure(course: Path, student: str, assignment: str) -> None:
+    """A submission nbgrader could not grade at all: 0 in the gradebook (not a stale old score)."""
+    from nbgrader.api import Gradebook
+
+    with warnings.catch_warnings(), Gradebook(db_url(course)) as gb:
+        warnings.simplefilter("ignore")  # nbgrader's own SQLAlchemy autoflush warnings
+        gb.update_or_create_student(student)
+        sub = gb.update_or_create_submission(assignment, student)
+        for nb in sub.notebooks:
+            for g in nb.grades:
+                g.auto_score = 0.0 if g.cell.cell_type == "code" else g.auto_score
+        gb.db.commit()
+
+
 def scores(course: Path, student: str, assignment: str) -> tuple[float, float, bool]:
     """(autograded score, autogradable max, needs manual grading) from the gradebook."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+    with Gradebook(db_url(course)) as gb:
         try:
             sub = gb.find_submission(assignment, student)
         except MissingEntry:
@@ -67,6 +286,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--course-dir", type=Path, default=Path.cwd(), help="course root (holds nbgrader_config.py)")
     ap.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
+    ap.add_argument("--jobs", type=int, default=int(os.environ.get("JOBS") or os.cpu_count() or 1),
+                    help="submissions graded at once (default: $JOBS, else the number of cores)")
+    ap.add_argument("--cell-timeout", type=int, default=None,
+                    help="seconds a cell may run before it is interrupted and scores 0 (default: nbgrader_config.py)")
+    ap.add_argument("--submission-timeout", type=int, default=1800,
+                    help="seconds one submission may take in all before it is stopped (default 1800)")
+    ap.add_argument("--memory-gb", type=float, default=sandbox.Limits.memory_gb, help="address space per process")
+    ap.add_argument("--no-sandbox", action="store_true", help="grade without the isolation of autograder/sandbox.py")
     args = ap.parse_args(argv)
     put_venv_on_path()
     course = args.course_dir.resolve()
@@ -76,25 +303,51 @@ def main(argv: list[str] | None = None) -> int:
     if not subs:
         print(f"Nothing to grade: put submissions under {course / 'submitted'}/<student>/<assignment>/<notebook>.ipynb")
         return 2
+    isolate, why = (False, "--no-sandbox") if args.no_sandbox else sandbox.available()
+    if not isolate:
+        print(f"note: grading without isolation ({why}): submissions run with your rights and network access")
+    limits = sandbox.Limits(memory_gb=args.memory_gb)
 
     failed: dict[tuple[str, str], str] = {}  # (student, assignment) -> why
-    for assignment in sorted({a for _, a in subs}):
-        students = [s for s, a in subs if a == assignment]
-        if not (course / "solutions" / assignment).is_dir():
-            failed.update({(s, assignment): f"no assignment {assignment!r} in solutions/" for s in students})
-            continue
-        log = logs / f"generate_{assignment}.log"
-        if not nbgrader(course, "generate_assignment", assignment, "--force",
+    batch = Path(tempfile.mkdtemp(prefix="nbgrade-"))
+    try:
+        templates = {}
+        for assignment in sorted({a for _, a in subs}):
+            students = [s for s, a in subs if a == assignment]
+            if not (course / "solutions" / assignment).is_dir():
+                failed.update({(s, assignment): f"no assignment {assignment!r} in solutions/" for s in students})
+                continue
+            log = logs / f"generate_{assignment}.log"
+            template = None
+            if nbgrader(course, "generate_assignment", assignment, "--force",
                         f"--CourseDirectory.release_directory={SCRATCH_RELEASE}", log=log):
-            failed.update({(s, assignment): f"see {log}" for s in students})
-            continue
-        for student in students:
-            log = logs / f"autograde_{student}_{assignment}.log"
-            print(f"grading {student}/{assignment} ...", flush=True)
-            if not nbgrader(course, "autograde", assignment, "--student", student, "--force", log=log):
-                failed[(student, assignment)] = f"see {log}"
-        nbgrader(course, "generate_feedback", assignment, "--force", log=logs / f"feedback_{assignment}.log")
+                template = make_template(course, assignment, batch, logs)
+            if template is None:
+                failed.update({(s, assignment): f"could not generate the assignment, see {log}" for s in students})
+                continue
+            templates[assignment] = template
 
+        todo = [(s, a) for s, a in subs if a in templates]
+        print(f"grading {len(todo)} submission(s), {args.jobs} at a time ...", flush=True)
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            futures = [pool.submit(grade_one, course, templates[a], batch, f"{i:05d}", s, a, logs=logs,
+                                   cell_timeout=args.cell_timeout, wall_timeout=args.submission_timeout,
+                                   limits=limits, isolate=isolate) for i, (s, a) in enumerate(todo)]
+            for future in as_completed(futures):
+                result = future.result()
+                key = (result.student, result.assignment)
+                if result.error:
+                    failed[key] = f"{result.error}; log: {result.log}"
+                    record_failure(course, *key)
+                else:
+                    merge(course, result)
+                print(f"  {result.student}/{result.assignment}: {'FAILED' if result.error else 'graded'}", flush=True)
+                shutil.rmtree(result.scratch, ignore_errors=True)
+    finally:
+        shutil.rmtree(batch, ignore_errors=True)
+
+    for assignment in templates:
+        nbgrader(course, "generate_feedback", assignment, "--force", log=logs / f"feedback_{assignment}.log")
     (course / "grades").mkdir(exist_ok=True)
     csv = course / "grades" / "grades.csv"
     nbgrader(course, "export", f"--to={csv}", log=logs / "export.log")
@@ -103,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     for student, assignment in subs:
         got, out_of, manual = scores(course, student, assignment)
         if (student, assignment) in failed:
-            status = f"FAILED, {failed[(student, assignment)]}"
+            status = f"FAILED: {failed[(student, assignment)]}"
         else:
             status = "ok" + (" (written answers await manual grading)" if manual else "")
         print(f"{student:<20} {assignment:<28} {got:>5g} / {out_of:<5g}  {status}")

@@ -1,7 +1,11 @@
 """nbgrader preprocessors used by nbgrader_config.py."""
 from __future__ import annotations
 
-from nbgrader.preprocessors import NbGraderPreprocessor
+from nbclient.exceptions import DeadKernelError
+from nbformat import NotebookNode
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+
+KERNEL_DIED = "KernelDied"
 
 
 class StderrToStdout(NbGraderPreprocessor):
@@ -20,3 +24,101 @@ class StderrToStdout(NbGraderPreprocessor):
                     output["name"] = "stdout"
                     output["text"] = "[stderr] " + output.get("text", "")
         return cell, resources
+
+
+class SafeExecute(Execute):
+    """nbgrader's Execute, made safe against a kernel that dies and against tampering with the tests.
+
+    - A kernel that dies (``os._exit``, a segfault, the memory limit) does not stop the grading of the notebook:
+      with plain Execute nbgrader gives up and records nothing. Here the cell where the kernel died and every
+      code cell after it get an error output that says so: those cells score 0 with a reason the student can
+      read in the feedback, the cells that ran before keep their scores.
+    - Hidden cells run ``autograder.guard`` in the kernel: a snapshot before the first cell, a record of what
+      each locked cell (setup, tests) binds, and a restore right before each test cell, so a solution cell that
+      rebinds or patches what the tests rely on does not change their verdict (see autograder/guard.py). What
+      had to be restored is printed in the test cell's output. If the restore itself fails, the test cell is
+      not run and scores 0 (fail closed).
+    """
+
+    guard = True  # switched off only by tests that need plain execution
+
+    def preprocess(self, nb, resources=None, km=None):
+        self._died_in = None
+        self._guarded = False
+        return super().preprocess(nb, resources, km)
+
+    def _hidden(self, code: str, index: int) -> tuple[bool, str]:
+        """Run ``code`` in the kernel outside the notebook; (succeeded, its stdout or error)."""
+        cell = NotebookNode(cell_type="code", source=code, metadata={}, outputs=[], execution_count=None)
+        real = self.nb.cells[index]
+        try:
+            super().preprocess_cell(cell, {}, index)
+        finally:
+            self.nb.cells[index] = real       # nbclient stores the executed cell back at its index
+        errors = [o for o in cell.outputs if o.get("output_type") == "error"]
+        if errors:
+            return False, f"{errors[0].get('ename')}: {errors[0].get('evalue')}"
+        return True, "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
+
+    def _run_guarded(self, cell, resources, index):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        is_test = bool(meta.get("grade")) and not meta.get("solution")
+        locked = bool(meta.get("locked")) or is_test
+        if not self.guard:
+            return super().preprocess_cell(cell, resources, index)
+        if not self._guarded:   # before the first code cell, whoever wrote it
+            self._guarded = True
+            self._hidden("import autograder.guard as _grader_guard\n_grader_guard.snapshot()", index)
+        if not locked:
+            return super().preprocess_cell(cell, resources, index)
+        note = ""
+        if is_test:
+            ok, out = self._hidden("print(', '.join(_grader_guard.restore()))", index)
+            if not ok:
+                why = f"the grader could not restore the grading environment before this test ({out})"
+                cell.outputs = [NotebookNode(output_type="error", ename="GraderGuardError", evalue=why,
+                                             traceback=[f"GraderGuardError: {why}"])]
+                return cell, resources
+            note = out.strip()
+        self._hidden("_grader_guard.before_locked()", index)
+        cell, resources = super().preprocess_cell(cell, resources, index)
+        self._hidden("_grader_guard.after_locked()", index)
+        if note:
+            cell.outputs.insert(0, NotebookNode(output_type="stream", name="stdout",
+                                                text=f"[grader] restored before this test: {note}\n"))
+        return cell, resources
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type != "code":
+            return cell, resources
+        if self._died_in is None:
+            try:
+                return self._run_guarded(cell, resources, index)
+            except DeadKernelError:
+                self._died_in = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or f"cell {index}"
+                why = (f"the kernel died while running {self._died_in} (os._exit or sys.exit in a kernel thread, "
+                       "a crash, or the grader's memory limit); this cell did not finish")
+        else:
+            why = f"not run: the kernel died earlier, in {self._died_in}"
+        cell.outputs = list(cell.get("outputs", [])) + [
+            NotebookNode(output_type="error", ename=KERNEL_DIED, evalue=why, traceback=[f"{KERNEL_DIED}: {why}"])]
+        return cell, resources
+
+    def setup_kernel(self, **kwargs):
+        return _tolerate_dead_kernel_on_exit(super().setup_kernel(**kwargs))
+
+
+class _tolerate_dead_kernel_on_exit:
+    """Wrap nbclient's setup_kernel context so that shutting down an already dead kernel is not an error."""
+
+    def __init__(self, ctx):
+        self._ctx = ctx
+
+    def __enter__(self):
+        return self._ctx.__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return self._ctx.__exit__(*exc)
+        except DeadKernelError:
+            return False

@@ -1,0 +1,260 @@
+"""Grading a class safely: hostile and careless submissions, graded in parallel, each with its expected outcome.
+
+One grading run of lab 1 (the fastest lab) holds the whole catalogue below, graded with `make grade`'s CLI,
+two submissions at a time, in a course folder outside /tmp (the sandbox hides all of /tmp, which would make
+"the solutions are hidden" trivially true). For each submission: the score it must get, and that nothing
+else was harmed (the other submissions' scores, the gradebook, the course folder, the grading machine).
+Then regrading: idempotent, parallel == sequential, a resubmission replaces the old grade, and a manual grade
+survives a regrade while the written answer is unchanged.
+"""
+from __future__ import annotations
+
+import shutil
+import socket
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from autograder import notebooks as nbu
+from autograder import sandbox
+from course import cell_scores, load_catalogue, make_course, release_nb, run_grade, source_nb, submit
+
+ASSIGNMENT = "01_signal_propagation"
+CELL_TIMEOUT = 15  # seconds before a cell that hangs is interrupted (it then scores 0)
+HIDDEN_MARK, LEAK_MARK = "SOLUTIONS-HIDDEN", "SOLUTIONS-LEAKED"
+
+
+def code_solution_ids(source) -> list[str]:
+    return [g for g, c in nbu.solution_cells(source).items() if c.cell_type == "code"]
+
+
+def exercise_points(course: Path, student: str) -> dict[str, tuple[float, float]]:
+    return nbu.by_exercise({k: v for k, v in cell_scores(course, student, ASSIGNMENT).items() if k.startswith("test_")})
+
+
+class LoopbackServer:
+    """A TCP server on the grading machine's loopback that counts connections: a sandboxed submission
+    must not reach it (it has a network of its own, with nothing on it)."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self):
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            conn.close()
+
+    def close(self):
+        self._stop.set()
+        self._thread.join()
+        self.sock.close()
+
+
+def hostile_submissions(course: Path, port: int) -> dict[str, dict[str, str] | str]:
+    """{student: {solution cell: hostile code}}; the rest of the notebook is the reference solution.
+
+    The code goes before the reference answer of its cell (the cell fails before defining anything), except in
+    the last cell, where it goes after (kernel deaths: the cells graded before it must keep their scores)."""
+    source = source_nb(ASSIGNMENT)
+    first, *_, last = code_solution_ids(source)
+    solution_path = course / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    return {
+        "perfect": {},
+        "syntax_error": {first: "def broken(:\n"},
+        "infinite_loop": {first: "while True:\n    pass\n"},
+        "memory_bomb": {first: "hog = [bytearray(2**30) for _ in range(64)]\n"},
+        "sys_exit": {first: "import sys\nsys.exit(3)\n"},
+        "os_exit": {last: "import os\nos._exit(0)\n"},
+        "crash": {last: "import ctypes\nctypes.string_at(0)\n"},
+        "stderr_spam": {first: "import sys\nfor i in range(20000):\n    print('spam', i, file=sys.stderr)\n"},
+        "huge_output": {first: "print('x' * 10_000_000)\nfor i in range(100000):\n    print(i)\n"},
+        "write_outside": {first: f"open({str(course / 'labs' / 'pwned.txt')!r}, 'w').write('x')\n"},
+        "network": {first: f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\n"},
+        "read_solutions": {first: (f"try:\n    open({str(solution_path)!r}).read()\n    print({LEAK_MARK!r})\n"
+                                   f"except OSError:\n    print({HIDDEN_MARK!r})\n")},
+    }
+
+
+# Each runs after a catalogued wrong answer to the first exercise, in the same cell: the wrong answer must
+# still lose its points (autograder/guard.py undoes these before every test cell).
+TAMPERING = {
+    "tamper_rebind": "expect = expect_close = expect_raises = expect_std = lambda *a, **k: None\n",
+    "tamper_code": ("for _f in (expect, expect_close, expect_raises):\n"
+                    "    _f.__code__ = (lambda *a, **k: None).__code__\n"),
+    "tamper_torch": ("import math\nmath.isclose = lambda *a, **k: True\n"
+                     "torch.isclose = lambda a, b, **k: torch.ones(torch.broadcast_shapes(torch.as_tensor(a).shape, "
+                     "torch.as_tensor(b).shape), dtype=torch.bool)\n"
+                     "torch.allclose = lambda *a, **k: True\n"),
+    "tamper_reference": ("import torch.nn.init, torch.nn.utils, torch.optim\n"
+                         "for _mod in (torch.nn.init, torch.nn.utils, torch.optim):\n"
+                         "    for _name, _value in list(globals().items()):\n"
+                         "        if callable(_value) and hasattr(_mod, _name):\n"
+                         "            setattr(_mod, _name, _value)\n"),
+    "tamper_shell": ("_ip = get_ipython()\n_run = _ip.run_cell\n"
+                     "def _quiet_run_cell(*a, **k):\n    r = _run(*a, **k)\n    r.error_in_exec = None\n    return r\n"
+                     "_ip.run_cell = _quiet_run_cell\n_ip.showtraceback = lambda *a, **k: None\n"),
+    "tamper_builtins": "import builtins\nbuiltins.AssertionError = type('AssertionError', (Warning,), {})\n",
+}
+
+
+def first_exercise_bug() -> tuple[str, str]:
+    first = code_solution_ids(source_nb(ASSIGNMENT))[0]
+    bug = next(cells for cells in load_catalogue(ASSIGNMENT).BUGS.values() if set(cells) == {first})
+    return first, bug[first]
+
+
+@pytest.fixture(scope="module")
+def graded_class():
+    if not sandbox.available()[0]:
+        pytest.skip(f"grading sandbox unavailable here: {sandbox.available()[1]}")
+    base = Path(tempfile.mkdtemp(prefix="grading-safety-", dir="/var/tmp"))
+    server = LoopbackServer()
+    try:
+        course = make_course(base)
+        release, source = release_nb(ASSIGNMENT), source_nb(ASSIGNMENT)
+        reference = nbu.reference_answers(source)
+        last = code_solution_ids(source)[-1]
+        for student, extra in hostile_submissions(course, server.port).items():
+            answers = dict(reference)
+            for cell, code in extra.items():
+                answers[cell] = reference[cell] + "\n" + code if cell == last else code + "\n" + reference[cell]
+            submit(course, student, ASSIGNMENT, nbu.fill(release, answers))
+        submit(course, "blank", ASSIGNMENT, release)
+        first, wrong = first_exercise_bug()
+        submit(course, "wrong_answer", ASSIGNMENT, nbu.fill(release, {**reference, first: wrong}))
+        for student, code in TAMPERING.items():
+            submit(course, student, ASSIGNMENT, nbu.fill(release, {**reference, first: wrong + "\n" + code}))
+        submit(course, "not_json", ASSIGNMENT, raw='{"this is": "not a notebook"')
+        (course / "submitted" / "no_notebook" / ASSIGNMENT).mkdir(parents=True)
+        extra_nb = submit(course, "extra_notebook", ASSIGNMENT, nbu.fill(release, reference))
+        shutil.copy(extra_nb, extra_nb.with_name("scratch_work.ipynb"))
+        tampered = nbu.fill(release, {**reference, **{g: "" for g in code_solution_ids(source)}})
+        tests = [c for c in tampered.cells if nbu.grade_id(c) in nbu.graded_test_cells(tampered)]
+        tests[0].source = "pass"                         # an edited test cell: nbgrader restores it
+        tampered.cells.remove(tests[1])                  # a deleted test cell: must not count as passed
+        submit(course, "tampered_tests", ASSIGNMENT, tampered)
+        proc = run_grade(course, "--assignment", ASSIGNMENT, "--jobs", "2", "--cell-timeout", str(CELL_TIMEOUT),
+                         "--memory-gb", "4")
+        yield course, proc, server.connections
+    finally:
+        server.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def outputs_text(course: Path, student: str) -> str:
+    """Everything the graded notebook printed (not its sources, which name the markers too)."""
+    nb = nbu.read(next((course / "autograded" / student / ASSIGNMENT).glob("*.ipynb")))
+    return "".join(str(o.get("text", "")) + str(o.get("evalue", "")) for c in nb.cells if c.cell_type == "code"
+                   for o in c.outputs)
+
+
+def full(points):
+    return all(got == out_of for got, out_of in points.values())
+
+
+def test_the_batch_completes_and_lists_only_the_ungradable(graded_class):
+    course, proc, _ = graded_class
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    table = [ln.split() for ln in proc.stdout.splitlines() if ASSIGNMENT in ln.split()[1:2]]
+    failed = {row[0] for row in table if "FAILED:" in row}
+    assert failed == {"not_json", "no_notebook"}, proc.stdout
+
+
+@pytest.mark.parametrize("student", ["perfect", "stderr_spam", "huge_output", "extra_notebook"])
+def test_harmless_oddities_keep_full_marks(graded_class, student):
+    course, _, _ = graded_class
+    points = exercise_points(course, student)
+    assert points and full(points), f"{student}: {points}"
+
+
+@pytest.mark.parametrize("student", ["syntax_error", "infinite_loop", "memory_bomb", "sys_exit", "write_outside",
+                                     "network"])
+def test_a_failure_in_the_first_exercise_costs_only_that_exercise(graded_class, student):
+    course, _, _ = graded_class
+    points = exercise_points(course, student)
+    first = code_solution_ids(source_nb(ASSIGNMENT))[0]
+    assert points[first][0] == 0, f"{student}: {first} should score 0, got {points[first]}"
+    others = {k: v for k, v in points.items() if k != first}
+    assert full(others), f"{student}: the other exercises should keep full marks: {others}"
+
+
+@pytest.mark.parametrize("student", ["os_exit", "crash"])
+def test_a_dead_kernel_costs_the_cells_from_there_on_with_a_reason(graded_class, student):
+    course, _, _ = graded_class
+    points = exercise_points(course, student)
+    last = code_solution_ids(source_nb(ASSIGNMENT))[-1]
+    assert points[last][0] == 0, f"{student}: {points}"
+    before = {k: v for k, v in points.items() if k != last}
+    assert full(before), f"{student}: exercises graded before the kernel died should keep their marks: {before}"
+    assert "the kernel died while running" in outputs_text(course, student)
+
+
+@pytest.mark.parametrize("student", ["wrong_answer", *TAMPERING])
+def test_tampering_cannot_turn_a_wrong_answer_into_marks(graded_class, student):
+    course, _, _ = graded_class
+    points = exercise_points(course, student)
+    first = code_solution_ids(source_nb(ASSIGNMENT))[0]
+    assert points[first][0] < points[first][1], f"{student}: a wrong {first} kept full marks: {points[first]}"
+    assert full({k: v for k, v in points.items() if k != first}), f"{student}: {points}"
+    if student != "wrong_answer":
+        assert "[grader] restored before this test" in outputs_text(course, student), \
+            "the feedback should say what the grader had to restore"
+
+
+def test_tampered_test_cells_are_restored_or_score_zero(graded_class):
+    course, _, _ = graded_class
+    scores = {k: v for k, v in cell_scores(course, "tampered_tests", ASSIGNMENT).items() if k.startswith("test_")}
+    assert not any(got for got, _ in scores.values()), f"blank answers with edited/deleted tests earned {scores}"
+
+
+def test_the_submission_cannot_read_the_solutions_write_the_course_or_reach_the_network(graded_class):
+    course, _, connections = graded_class
+    printed = outputs_text(course, "read_solutions")
+    assert HIDDEN_MARK in printed and LEAK_MARK not in printed, printed[-2000:]
+    assert not (course / "labs" / "pwned.txt").exists(), "a submission wrote into the course folder"
+    assert connections == 0, "a submission reached a server on the grading machine"
+
+
+def test_regrading_is_idempotent_parallel_equals_sequential_and_keeps_manual_grades(graded_class):
+    from nbgrader.api import Gradebook
+
+    course, _, _ = graded_class
+    before = {s: cell_scores(course, s, ASSIGNMENT) for s in ("perfect", "blank", "syntax_error")}
+    written = next(g for g, c in nbu.solution_cells(source_nb(ASSIGNMENT)).items() if c.cell_type == "markdown")
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        grade = gb.find_grade(written, ASSIGNMENT, ASSIGNMENT, "perfect")
+        grade.manual_score, grade.needs_manual_grade = 1.5, False
+        gb.db.commit()
+    # the blank student resubmits a complete notebook; everyone else is regraded unchanged, one at a time
+    release, reference = release_nb(ASSIGNMENT), nbu.reference_answers(source_nb(ASSIGNMENT))
+    submit(course, "blank", ASSIGNMENT, nbu.fill(release, reference))
+    for student in [p.name for p in (course / "submitted").iterdir()]:
+        if student not in before:
+            shutil.rmtree(course / "submitted" / student)
+    proc = run_grade(course, "--assignment", ASSIGNMENT, "--jobs", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    after = {s: cell_scores(course, s, ASSIGNMENT) for s in before}
+    manual = after["perfect"].pop(written)
+    before["perfect"].pop(written)
+    assert manual == (1.5, 2.0) or manual[0] == 1.5, f"the manual grade was lost on regrade: {manual}"
+    assert after["perfect"] == before["perfect"] and after["syntax_error"] == before["syntax_error"]
+    assert after["blank"] != before["blank"] and full(exercise_points(course, "blank")), "the resubmission should replace the old grade"
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        assert not gb.find_grade(written, ASSIGNMENT, ASSIGNMENT, "perfect").needs_manual_grade, \
+            "an unchanged written answer that was graded by hand must not be flagged again"
+    assert "perfect" in proc.stdout and "await manual grading" not in next(
+        ln for ln in proc.stdout.splitlines() if ln.startswith("perfect"))
