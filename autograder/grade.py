@@ -60,10 +60,12 @@ def nbgrader(course: Path, *args: str, log: Path | None = None) -> bool:
     return proc.returncode == 0
 
 
-def find_submissions(course: Path, only: list[str] | None) -> list[tuple[str, str]]:
+def find_submissions(course: Path, only: list[str] | None, students: list[str] | None = None) -> list[tuple[str, str]]:
     root = course / "submitted"
     subs = []
     for student in sorted(p for p in root.glob("*") if p.is_dir()):
+        if students and student.name not in students:
+            continue
         for assignment in sorted(p for p in student.glob("*") if p.is_dir()):
             if not only or assignment.name in only:
                 subs.append((student.name, assignment.name))
@@ -286,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--course-dir", type=Path, default=Path.cwd(), help="course root (holds nbgrader_config.py)")
     ap.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
+    ap.add_argument("--student", action="append", help="grade only this student (repeatable)")
     ap.add_argument("--jobs", type=int, default=int(os.environ.get("JOBS") or os.cpu_count() or 1),
                     help="submissions graded at once (default: $JOBS, else the number of cores)")
     ap.add_argument("--cell-timeout", type=int, default=None,
@@ -299,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     course = args.course_dir.resolve()
     logs = course / "autograded" / "_logs"
 
-    subs = find_submissions(course, args.assignment)
+    subs = find_submissions(course, args.assignment, args.student)
     if not subs:
         print(f"Nothing to grade: put submissions under {course / 'submitted'}/<student>/<assignment>/<notebook>.ipynb")
         return 2

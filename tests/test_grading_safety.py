@@ -258,3 +258,15 @@ def test_regrading_is_idempotent_parallel_equals_sequential_and_keeps_manual_gra
             "an unchanged written answer that was graded by hand must not be flagged again"
     assert "perfect" in proc.stdout and "await manual grading" not in next(
         ln for ln in proc.stdout.splitlines() if ln.startswith("perfect"))
+
+
+def test_the_hub_configuration_loads_and_names_the_course_groups():
+    """The JupyterHub starting point (autograder/jupyterhub/) must at least load and agree with nbgrader's config."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    root = Path(__file__).resolve().parents[1]
+    hub = PyFileConfigLoader("jupyterhub_config.py", path=str(root / "autograder" / "jupyterhub")).load_config()
+    course = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
+    course_id = course.CourseDirectory.course_id
+    assert set(hub.JupyterHub.load_groups) == {f"nbgrader-{course_id}", f"formgrade-{course_id}"}
+    assert [s["name"] for s in hub.JupyterHub.services] == [course_id]
