@@ -11,17 +11,22 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export WANDB_MODE ?= offline
 # Parallel workers for pytest-xdist and for make grade: one per core (CI machines have 2).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+# JupyterLab's port: `make lab PORT=8890` when 8888 is taken.
+PORT ?= 8888
 # Jupyter refuses to run as root unless told to (containers and CI machines often are root).
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: lab test test-gpu labs grade install normalize clean-grading help
 
 help:
-	@echo "make lab    start JupyterLab on the course (installs what it needs the first time)"
+	@echo "make lab    start JupyterLab on the course (installs what it needs the first time; PORT=8888)"
 	@echo "make test   run the whole test suite (notebooks, autograder proofs, packaging)"
 	@echo "make labs   regenerate labs/ from solutions/ (nbgrader generate_assignment)"
 	@echo "make grade  autograde submitted/<student>/<assignment>/ (JOBS at once, sandboxed), write feedback/ and grades/grades.csv"
 	@echo "make test-gpu  CUDA-only checks (skip without a GPU) and the mixed-precision speed/memory table"
+	@echo "make install   build .venv from the pins in pyproject.toml (the other targets do it when needed)"
+	@echo "make normalize strip outputs and fix metadata of lessons/ and solutions/ notebooks (before committing)"
+	@echo "make clean-grading  remove the gradebook and all grading output"
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,8 +43,9 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 lab: install
-	@echo "Starting JupyterLab: open the http://127.0.0.1:8888/lab?token=... URL printed below."
-	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --ServerApp.root_dir=$(CURDIR) $(ALLOW_ROOT)
+	@echo "Starting JupyterLab: open the http://127.0.0.1:$(PORT)/lab?token=... URL printed below."
+	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --ServerApp.port_retries=0 \
+	  --ServerApp.root_dir=$(CURDIR) $(ALLOW_ROOT)
 
 test: install
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup --nbval-lax --nbval-current-env \
