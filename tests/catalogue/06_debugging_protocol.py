@@ -101,6 +101,82 @@ q3_row = "overfitting"
 '''
 
 
+# The code a student plausibly stops at once the visible tests are silent (CONTRIBUTING.md, "Tests that are fair
+# to students"): each must fail a visible test of its own exercise (tests/test_catalogue.py).
+VISIBLE_ONLY = {
+    "overfit_one_batch": '''
+def overfit_one_batch(model, loader, loss_fn=F.cross_entropy, steps=200, lr=1e-3):
+    if steps < 1:
+        raise ValueError("steps must be at least 1")
+    x, y = next(iter(loader))
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+''',
+    "gradient_flow_report": '''
+def gradient_flow_report(model, compute_loss, threshold=1e-10):
+    compute_loss(model).backward()
+    report = {}
+    for name, p in model.named_parameters():
+        if p.grad is None:
+            report[name] = "no_grad"
+        elif p.grad.abs().max() < threshold:
+            report[name] = "vanishing"
+    return report
+''',
+    "init_check": '''
+def output_entropy(logits):
+    logp = torch.log_softmax(logits, dim=-1)
+    return -(logp.exp() * logp).sum(-1).mean()
+
+
+def init_check(model, x, y, tol=0.1):
+    model.eval()
+    with torch.no_grad():
+        logits = model(x)
+    c = logits.shape[-1]
+    expected = math.log(c)
+    loss = F.cross_entropy(logits.reshape(-1, c), y.reshape(-1)).item()
+    verdict = "too_high" if loss > (1 + tol) * expected else "too_low" if loss < (1 - tol) * expected else "ok"
+    return {"expected": expected, "loss": loss, "entropy": output_entropy(logits).item(), "verdict": verdict}
+''',
+    "diagnose": '''
+def diagnose(train_curve, val_curve, chance_loss, window=5):
+    train = [float(v) for v in train_curve]
+    val = [float(v) for v in val_curve]
+    if len(train) < 10 or len(val) < 2:
+        raise ValueError("too short")
+    if not all(math.isfinite(v) for v in train):
+        return "nan"
+    c = chance_loss
+    end = statistics.median(train[-5:])
+    for i in range(5, len(train)):
+        before = statistics.median(train[i - 5:i])
+        if train[i] > before + c / 2:
+            if i >= len(train) - 5:
+                raise ValueError("spike too late")
+            if end <= before + c / 4:
+                return "spike_recovers"
+            if end >= before + c / 2:
+                return "spike_stays"
+            raise ValueError("ambiguous")
+    if end >= 0.8 * c:
+        return "chance_plateau"
+    if end > 0.2 * c:
+        return "both_plateau"
+    if val[-1] - end > 0.25 * c:
+        return "overfitting"
+    return "healthy"
+''',
+}
+
+
 def _swap(source: str, old: str, new: str) -> str:
     """One edit to a correct source; fails loudly if the text to replace is not there exactly once."""
     assert source.count(old) == 1, f"catalogue edit not found exactly once: {old!r}"
@@ -132,6 +208,7 @@ BUGS = {
         raise ValueError("steps must be at least 1")
 ''', "")},
     "overfit_keeps_eval_mode": {"overfit_one_batch": _swap(OVERFIT_OK, "    model.train()\n", "")},
+    "overfit_visible_tests_only": {"overfit_one_batch": VISIBLE_ONLY["overfit_one_batch"]},
     # --- exercise 2: gradient_flow_report
     "flow_keeps_stale_grads": {"gradient_flow_report": _swap(FLOW_OK, '''    for p in model.parameters():
         p.grad = None
@@ -148,6 +225,7 @@ BUGS = {
         elif p.grad is None:''', '''        if p.grad is None:
             report[name] = "no_grad"
         elif not p.requires_grad:''')},
+    "flow_visible_tests_only": {"gradient_flow_report": VISIBLE_ONLY["gradient_flow_report"]},
     # --- exercise 3: output_entropy and init_check
     "entropy_log_of_softmax": {"init_check": _swap(INIT_OK, '''    logp = torch.log_softmax(logits, dim=-1)
     p = logp.exp()
@@ -164,6 +242,7 @@ BUGS = {
     "init_returns_tensors": {"init_check": _swap(INIT_OK,
         "loss = F.cross_entropy(logits.reshape(-1, c), y.reshape(-1)).item()",
         "loss = F.cross_entropy(logits.reshape(-1, c), y.reshape(-1))")},
+    "init_visible_tests_only": {"init_check": VISIBLE_ONLY["init_check"]},
     # --- exercise 4: diagnose
     "diagnose_ignores_val_nonfinite": {"diagnose": _swap(DIAGNOSE_OK, "math.isfinite(v) for v in train + val",
                                                          "math.isfinite(v) for v in train")},
@@ -181,6 +260,7 @@ BUGS = {
 ''', '''    if len(train) < 2 * window or len(val) < 2:
         return "healthy"
 ''')},
+    "diagnose_visible_tests_only": {"diagnose": VISIBLE_ONLY["diagnose"]},
     # --- exercise 5: self-check answers
     "answer_q1_log10": {"answers": _swap(ANSWERS_OK, "math.log(1000)", "math.log10(1000)")},
     "answer_q2_overfit_step": {"answers": _swap(ANSWERS_OK, "q2_step = 2", "q2_step = 1")},
