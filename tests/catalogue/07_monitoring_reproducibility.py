@@ -51,7 +51,9 @@ class ThroughputMeter:
 
     @property
     def tokens_per_s(self):
-        return self._tokens / self._time if self._counted else math.nan
+        if not self._counted or (self._time == 0 and self._tokens == 0):
+            return math.nan
+        return self._tokens / self._time if self._time > 0 else math.inf
 
     @property
     def step_time(self):
@@ -63,14 +65,18 @@ def write_manifest(run_dir, config, data, seed, repo_dir="."):
     def git(*args):
         return subprocess.run(["git", *args], cwd=repo_dir, capture_output=True, text=True)
 
-    head = git("rev-parse", "HEAD")
-    if head.returncode == 0:
-        sha, dirty = head.stdout.strip(), bool(git("status", "--porcelain").stdout.strip())
-    else:
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode == 0:
+            status = git("status", "--porcelain", "--untracked-files=normal")
+            sha, dirty = head.stdout.strip(), bool(status.stdout.strip()) if status.returncode == 0 else None
+        else:
+            sha, dirty = "not a git repository", None
+    except OSError:
         sha, dirty = "not a git repository", None
     cpu = data.detach().to("cpu").contiguous()
     fingerprint = hashlib.sha256(f"{cpu.dtype}|{tuple(cpu.shape)}|".encode())
-    fingerprint.update(cpu.view(torch.uint8).numpy().tobytes() if cpu.numel() else b"")
+    fingerprint.update(cpu.reshape(-1).view(torch.uint8).numpy().tobytes())
     manifest = {
         "config": config,
         "config_hash": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
@@ -122,6 +128,7 @@ def save_checkpoint(run, path):
         "python_rng": random.getstate(),
     }
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
@@ -181,26 +188,61 @@ BUGS = {
     "meter_counts_warmup": {"throughput": _swap(METER_OK, "if self._stopped > self.warmup_steps:", "if True:")},
     "meter_mean_of_rates": {"throughput": _swap(_swap(METER_OK,
         "            self._tokens += tokens\n", "            self._tokens += tokens / dt\n"),
-        "return self._tokens / self._time if self._counted", "return self._tokens / self._counted if self._counted")},
-    "meter_wall_clock_includes_eval": {"throughput": _swap(_swap(METER_OK,
+        "return self._tokens / self._time if self._time > 0 else math.inf",
+        "return self._tokens / self._counted")},
+    "meter_wall_clock_includes_eval": {"throughput": _swap(_swap(_swap(METER_OK,
         "        self._t0 = self.clock()\n", "        now = self.clock()\n        self._t0 = now\n"
         "        if self._first is None:\n            self._first = now\n"),
         "        self._t0 = None\n        self._stopped = 0\n",
-        "        self._t0 = None\n        self._first = None\n        self._stopped = 0\n").replace(
-        "return self._tokens / self._time if self._counted",
-        "return self._tokens / (self.clock() - self._first) if self._counted")},
-    "meter_zero_not_nan": {"throughput": _swap(_swap(METER_OK, "if self._counted else math.nan\n\n", "if self._counted else 0.0\n\n"),
+        "        self._t0 = None\n        self._first = None\n        self._stopped = 0\n"),
+        "return self._tokens / self._time if self._time > 0 else math.inf",
+        "return self._tokens / (self.clock() - self._first)")},
+    "meter_zero_not_nan": {"throughput": _swap(_swap(METER_OK, "            return math.nan\n", "            return 0.0\n"),
                                                "self._time / self._counted if self._counted else math.nan",
                                                "self._time / self._counted if self._counted else 0.0")},
     "meter_rejects_zero_warmup": {"throughput": _swap(METER_OK, "if warmup_steps < 0:", "if warmup_steps < 1:")},
+    "meter_second_start_ignored": {"throughput": _swap(METER_OK, "        self._t0 = self.clock()\n",
+                                                       "        if self._t0 is None:                  # keeps the first start\n"
+                                                       "            self._t0 = self.clock()\n")},
+    "meter_failed_stop_uses_warmup": {"throughput": _swap(_swap(METER_OK, "        self._stopped += 1\n", ""),
+                                                          "        if self._t0 is None:\n",
+                                                          "        self._stopped += 1                    # before the check\n"
+                                                          "        if self._t0 is None:\n")},
+    "meter_zero_time_divides": {"throughput": _swap(METER_OK, '''        if not self._counted or (self._time == 0 and self._tokens == 0):
+            return math.nan
+        return self._tokens / self._time if self._time > 0 else math.inf''',
+        '''        return self._tokens / self._time if self._counted else math.nan''')},
     # --- exercise 3: manifest
     "manifest_hash_depends_on_key_order": {"manifest": _swap(MANIFEST_OK, "json.dumps(config, sort_keys=True)",
                                                              "json.dumps(config)")},
     "manifest_fingerprint_ignores_shape": {"manifest": _swap(MANIFEST_OK, 'f"{cpu.dtype}|{tuple(cpu.shape)}|"',
                                                              'f"{cpu.dtype}|"')},
     "manifest_git_in_cwd": {"manifest": _swap(MANIFEST_OK, 'cwd=repo_dir, capture_output', 'capture_output')},
-    "manifest_dirty_ignores_untracked": {"manifest": _swap(MANIFEST_OK, 'git("status", "--porcelain")',
-                                                           'git("status", "--porcelain", "--untracked-files=no")')},
+    "manifest_dirty_ignores_untracked": {"manifest": _swap(MANIFEST_OK, '"--untracked-files=normal"',
+                                                           '"--untracked-files=no"')},
+    "manifest_fingerprint_view_0dim": {"manifest": _swap(MANIFEST_OK, "cpu.reshape(-1).view(torch.uint8)",
+                                                         "cpu.view(torch.uint8)")},        # the lesson's version
+    "manifest_fingerprint_via_numpy": {"manifest": _swap(MANIFEST_OK, "cpu.reshape(-1).view(torch.uint8).numpy()",
+                                                         "cpu.numpy()")},                  # NumPy has no bfloat16
+    "manifest_git_after_write": {"manifest": _swap(_swap(MANIFEST_OK, '''    try:
+        head = git("rev-parse", "HEAD")''', '''    path = Path(run_dir) / "manifest.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{}")                            # the file exists before git is asked
+    try:
+        head = git("rev-parse", "HEAD")'''), '''    path = Path(run_dir) / "manifest.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(manifest, indent=2))''', '''    path.write_text(json.dumps(manifest, indent=2))''')},
+    "manifest_no_commit_gives_head": {"manifest": _swap(MANIFEST_OK, "        if head.returncode == 0:\n",
+                                                        "        if head.stdout.strip():               # ignores the return code\n")},
+    "manifest_missing_repo_dir_raises": {"manifest": _swap(MANIFEST_OK, "    except OSError:\n",
+                                                           "    except subprocess.CalledProcessError:\n")},
+    "diff_one_sided_dict_leaves": {"manifest": _swap(MANIFEST_OK, '''        if key not in a or key not in b:
+            out.append(key)''', '''        if key not in a or key not in b:
+            side = a[key] if key in a else b[key]
+            if isinstance(side, dict) and side:       # lists the leaves of a one-sided dict
+                out += [f"{key}.{sub}" for sub in diff_manifests(side, {})]
+            else:
+                out.append(key)''')},
     "diff_not_recursive": {"manifest": _swap(MANIFEST_OK, "isinstance(a[key], dict) and isinstance(b[key], dict)", "False")},
     "diff_misses_one_sided_keys": {"manifest": _swap(MANIFEST_OK, "for key in set(a) | set(b):", "for key in set(a) & set(b):")},
     # --- exercise 4: rank_order
@@ -220,6 +262,7 @@ BUGS = {
     "ckpt_forgets_optimizer": {"checkpoint": _swap(CKPT_OK, "    run.optimizer.load_state_dict(state[\"optimizer\"])\n", "")},
     "ckpt_forgets_data_position": {"checkpoint": _swap(CKPT_OK, "    run.step = state[\"step\"]\n", "")},
     "ckpt_writes_in_place": {"checkpoint": _swap(CKPT_OK, '''    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
@@ -229,8 +272,10 @@ BUGS = {
         os.replace(tmp, path)
     finally:
         if tmp.exists():
-            tmp.unlink()''', '''    torch.save(state, path)''')},
+            tmp.unlink()''', '''    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(state, path)''')},
     "ckpt_no_fsync": {"checkpoint": _swap(CKPT_OK, "            os.fsync(f.fileno())\n", "")},
+    "ckpt_no_parent_dir": {"checkpoint": _swap(CKPT_OK, "    path.parent.mkdir(parents=True, exist_ok=True)\n", "")},
     "ckpt_leaves_temp_on_failure": {"checkpoint": _swap(CKPT_OK, '''    try:
         with open(tmp, "wb") as f:
             torch.save(state, f)
@@ -300,9 +345,10 @@ class ThroughputMeter:
 
     @property
     def tokens_per_s(self):
-        if not self.counted:
-            return float("nan")
-        return float(sum(n for n, _ in self.counted) / sum(t for _, t in self.counted))
+        tokens, seconds = sum(n for n, _ in self.counted), sum(t for _, t in self.counted)
+        if seconds > 0:
+            return float(tokens / seconds)
+        return float("inf") if tokens > 0 else float("nan")
 
     @property
     def step_time(self):
@@ -322,12 +368,14 @@ def write_manifest(run_dir, config, data, seed, repo_dir="."):
         status = subprocess.check_output(["git", "-C", str(repo_dir), "status", "--porcelain",
                                           "--untracked-files=normal"], stderr=subprocess.DEVNULL, text=True)
         dirty = status != ""
-    except subprocess.CalledProcessError:
+    except (subprocess.CalledProcessError, OSError):
         sha, dirty = "not a git repository", None
-    arr = data.detach().cpu().numpy()
+    flat = data.detach().cpu().reshape(-1)
+    if flat.dtype == torch.bfloat16:                 # NumPy has no bfloat16: the same bits as int16
+        flat = flat.view(torch.int16)
     h = hashlib.sha256()
-    h.update(_canonical([str(data.dtype), list(arr.shape)]))
-    h.update(np.ascontiguousarray(arr).tobytes())
+    h.update(_canonical([str(data.dtype), list(data.shape)]))
+    h.update(np.ascontiguousarray(flat.numpy()).tobytes())
     out = Path(run_dir)
     os.makedirs(out, exist_ok=True)
     target = out / "manifest.json"
@@ -370,6 +418,7 @@ def save_checkpoint(run, path):
                 np_rng=(np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]),
                 py_rng=random.getstate())
     directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=".ckpt-")
     try:
         with os.fdopen(fd, "wb") as fh:
