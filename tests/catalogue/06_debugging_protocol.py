@@ -48,11 +48,12 @@ def output_entropy(logits):
 
 
 def init_check(model, x, y, tol=0.1):
-    was_training = model.training
+    modes = {m: m.training for m in model.modules()}
     model.eval()
     with torch.no_grad():
         logits = model(x)
-    model.train(was_training)
+    for m, was_training in modes.items():
+        m.train(was_training)
     c = logits.shape[-1]
     expected = math.log(c)
     loss = F.cross_entropy(logits.reshape(-1, c), y.reshape(-1)).item()
@@ -242,6 +243,8 @@ BUGS = {
     "init_returns_tensors": {"init_check": _swap(INIT_OK,
         "loss = F.cross_entropy(logits.reshape(-1, c), y.reshape(-1)).item()",
         "loss = F.cross_entropy(logits.reshape(-1, c), y.reshape(-1))")},
+    "init_restores_top_level_mode_only": {"init_check": _swap(INIT_OK, '''    for m, was_training in modes.items():
+        m.train(was_training)''', '''    model.train(modes[model])''')},
     "init_visible_tests_only": {"init_check": VISIBLE_ONLY["init_check"]},
     # --- exercise 4: diagnose
     "diagnose_ignores_val_nonfinite": {"diagnose": _swap(DIAGNOSE_OK, "math.isfinite(v) for v in train + val",
@@ -260,6 +263,15 @@ BUGS = {
 ''', '''    if len(train) < 2 * window or len(val) < 2:
         return "healthy"
 ''')},
+    "diagnose_nan_before_length_check": {"diagnose": _swap(_swap(DIAGNOSE_OK, '''    if not all(math.isfinite(v) for v in train + val):
+        return "nan"
+''', ""), '''    val = [float(v) for v in val_curve]
+''', '''    val = [float(v) for v in val_curve]
+    if not all(math.isfinite(v) for v in train + val):
+        return "nan"
+''')},
+    "diagnose_last_spike_counts": {"diagnose": _swap(DIAGNOSE_OK, "    for i in range(window, len(train)):",
+                                                     "    for i in reversed(range(window, len(train))):")},
     "diagnose_visible_tests_only": {"diagnose": VISIBLE_ONLY["diagnose"]},
     # --- exercise 5: self-check answers
     "answer_q1_log10": {"answers": _swap(ANSWERS_OK, "math.log(1000)", "math.log10(1000)")},
@@ -313,11 +325,13 @@ def output_entropy(logits):
 
 
 def init_check(model, x, y, tol=0.1):
-    mode = model.training
+    in_eval = [m for m in model.modules() if not m.training]
     with torch.no_grad():
         model.train(False)
         out = model(x)
-        model.train(mode)
+        model.train(True)
+        for m in in_eval:
+            m.eval()
         n = out.size(-1)
         nll = -torch.log_softmax(out, -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
         loss = float(nll.mean())
