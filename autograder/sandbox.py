@@ -15,8 +15,10 @@ this isolation, and ``make grade`` says so once. What is and is not protected is
 """
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -25,15 +27,27 @@ from pathlib import Path
 HIDDEN = ("solutions", "submitted", "autograded", "feedback", "grades", "tests", ".git", ".nbgrader_release",
           ".nbgrader_exchange", "gradebook.db")
 
-# Runs inside the new namespaces, as root, before capabilities are dropped.
-# $1 course root, $2 folder of all scratch dirs, $3 this submission's scratch dir; the rest is the command.
+# Runs inside the new namespaces (bash), as root, before capabilities are dropped.
+# $1 course root, $2 folder of all scratch dirs, $3 number of kept paths, then the kept paths, then the command.
 # /tmp and the scratch folder are replaced by empty ones (other submissions, the test suite's course copies
-# and anything else left in /tmp are out of sight), then this submission's scratch dir is put back through
-# a file descriptor opened before (mount must not canonicalize that path: it would resolve to the new, empty one).
+# and anything else left in /tmp are out of sight); the kept paths that lived there (this submission's
+# scratch dir, the Python environment, the course's packages) are put back through file descriptors opened
+# before (mount must not canonicalize those paths: they would resolve to the new, empty folders). Only then is
+# the course made read-only and its instructor folders hidden.
 SETUP = r'''
 set -eu
-course=$1 batch=$2 scratch=$3; shift 3
+course=$1 batch=$2 nkeep=$3; shift 3
+keep=("${@:1:$nkeep}"); shift "$nkeep"
 ip link set lo up
+fds=()
+for p in "${keep[@]}"; do exec {fd}<"$p"; fds+=("$fd"); done
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+case "$batch/" in /tmp/*) ;; *) mount -t tmpfs -o mode=755 tmpfs "$batch" ;; esac
+for i in "${!keep[@]}"; do
+  p=${keep[$i]}
+  case "$p/" in /tmp/*|"$batch"/*) mkdir -p "$p"; mount --no-canonicalize --bind "/proc/self/fd/${fds[$i]}" "$p" ;; esac
+  exec {fds[$i]}<&-
+done
 mount --bind "$course" "$course"
 mount -o remount,bind,ro "$course"
 for rel in {hidden}; do
@@ -41,14 +55,24 @@ for rel in {hidden}; do
   if [ -d "$p" ]; then mount -t tmpfs -o size=64k,mode=755 tmpfs "$p"
   elif [ -e "$p" ]; then mount --bind /dev/null "$p"; fi
 done
-exec 3<"$scratch"
-mount -t tmpfs -o mode=1777 tmpfs /tmp
-case "$batch" in /tmp/*) ;; *) mount -t tmpfs -o mode=755 tmpfs "$batch" ;; esac
-mkdir -p "$scratch"
-mount --no-canonicalize --bind /proc/self/fd/3 "$scratch"
-exec 3<&-
 exec "$@"
 '''
+
+
+def kept_paths(course: Path, scratch: Path) -> list[str]:
+    """What grading needs to see, outermost first: the submission's scratch dir, the course (read-only, with its
+    instructor folders hidden), the Python environment and the course's own packages (which an editable install
+    may load from another checkout than the course being graded)."""
+    import autograder
+    import trainkit
+
+    candidates = [scratch, course, Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent,
+                  Path(autograder.__file__).resolve().parent, Path(trainkit.__file__).resolve().parent]
+    out: list[Path] = []
+    for path in sorted({p.resolve() for p in candidates}, key=lambda p: len(p.parts)):
+        if not any(path == k or k in path.parents for k in out):
+            out.append(path)
+    return [str(p) for p in out]
 
 
 @dataclass(frozen=True)
@@ -61,7 +85,7 @@ class Limits:
 @lru_cache(maxsize=1)
 def available() -> tuple[bool, str]:
     """(can we sandbox here?, why not). Tried once per process with a harmless command."""
-    for tool in ("unshare", "setpriv", "prlimit", "ip", "mount"):
+    for tool in ("unshare", "setpriv", "prlimit", "ip", "mount", "bash"):
         if shutil.which(tool) is None:
             return False, f"`{tool}` is not installed"
     probe = ["unshare", "--mount", "--net", "--pid", "--fork", "--kill-child", "sh", "-c",
@@ -78,8 +102,9 @@ def available() -> tuple[bool, str]:
 def wrap(cmd: list[str], course: Path, batch: Path, scratch: Path, limits: Limits) -> list[str]:
     """``cmd`` wrapped so that it runs isolated and limited (call only when ``available()``)."""
     setup = SETUP.replace("{hidden}", " ".join(HIDDEN))
+    keep = kept_paths(course, scratch)
     limited = ["prlimit", f"--as={int(limits.memory_gb * 2**30)}", f"--cpu={limits.cpu_seconds}",
                f"--fsize={limits.file_mb * 2**20}", "--",
                "setpriv", "--bounding-set", "-all", "--inh-caps", "-all", "--no-new-privs", "--", *cmd]
     return ["unshare", "--mount", "--net", "--pid", "--fork", "--kill-child", "--mount-proc",
-            "sh", "-c", setup, "sandbox", str(course), str(batch), str(scratch), *limited]
+            "bash", "-c", setup, "sandbox", str(course), str(batch), str(len(keep)), *keep, *limited]
