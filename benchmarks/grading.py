@@ -27,6 +27,7 @@ from course import make_course, release_nb, source_nb, submit  # noqa: E402
 
 
 def course_with_submissions(tmp: Path, assignment: str, students: int) -> Path:
+    tmp.mkdir(parents=True)
     course = make_course(tmp)
     nb = nbu.fill(release_nb(assignment), nbu.reference_answers(source_nb(assignment)))
     for i in range(students):
