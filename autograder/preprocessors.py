@@ -52,7 +52,7 @@ class SafeExecute(Execute):
         cell = NotebookNode(cell_type="code", source=code, metadata={}, outputs=[], execution_count=None)
         real = self.nb.cells[index]
         try:
-            super().preprocess_cell(cell, {}, index)
+            self.execute_cell(cell, index, store_history=False)  # not counted: the student's In [n] stay as they were
         finally:
             self.nb.cells[index] = real       # nbclient stores the executed cell back at its index
         errors = [o for o in cell.outputs if o.get("output_type") == "error"]
