@@ -40,8 +40,6 @@ class SafeExecute(Execute):
       not run and scores 0 (fail closed).
     """
 
-    guard = True  # switched off only by tests that need plain execution
-
     def preprocess(self, nb, resources=None, km=None):
         self._died_in = None
         self._guarded = False
@@ -64,8 +62,6 @@ class SafeExecute(Execute):
         meta = cell.get("metadata", {}).get("nbgrader", {})
         is_test = bool(meta.get("grade")) and not meta.get("solution")
         locked = bool(meta.get("locked")) or is_test
-        if not self.guard:
-            return super().preprocess_cell(cell, resources, index)
         if not self._guarded:   # before the first code cell, whoever wrote it
             self._guarded = True
             self._hidden("import autograder.guard as _grader_guard\n_grader_guard.snapshot()", index)
