@@ -102,11 +102,13 @@ def test_every_solution_follows_the_lab_conventions():
 
 
 def test_every_lesson_has_a_matching_lab_and_a_self_check():
-    lessons = sorted(p.stem for p in ROOT.glob("lessons/*.ipynb"))
+    # A lesson is lessons/NN_topic_lesson.ipynb: its own name, so its tab never looks like the lab's.
+    lessons = sorted(p.stem.removesuffix("_lesson") for p in ROOT.glob("lessons/*_lesson.ipynb"))
+    assert len(lessons) == len(list(ROOT.glob("lessons/*.ipynb"))), "every lesson is named NN_topic_lesson.ipynb"
     assert lessons == sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir())
     for name in lessons:
-        source = "\n".join(c.source for c in nbu.read(ROOT / "lessons" / f"{name}.ipynb").cells)
-        assert "selfcheck." in source, f"lessons/{name}.ipynb has no self-check questions"
+        source = "\n".join(c.source for c in nbu.read(ROOT / "lessons" / f"{name}_lesson.ipynb").cells)
+        assert "selfcheck." in source, f"lessons/{name}_lesson.ipynb has no self-check questions"
 
 
 def test_nbgrader_extensions_are_enabled():
