@@ -1,0 +1,319 @@
+"""The capstone's reference loop (trainkit.train): exact resume (one process and 2 ranks under torchrun), the
+skip of an injected non-finite step, atomic checkpoints, the compile fallback, what reaches the logger and the
+manifest, the schedule, and clear errors for bad input on the command line. Micro configurations: seconds each."""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import trainkit.train as train_mod
+from trainkit.corpus import TokenData
+from trainkit.gpt import GPT, GPTConfig
+from trainkit.train import ConfigError, Trainer, TrainConfig, main
+
+ROOT = Path(__file__).resolve().parents[1]
+MICRO_MODEL = dict(vocab_size=256, block_size=32, n_layer=1, d_model=32, n_heads_q=2, n_heads_kv=1, d_ff=64)
+
+
+def micro(tmp_path, **kw) -> TrainConfig:
+    base = dict(model=GPTConfig(**MICRO_MODEL), steps=8, batch_size=4, lr=3e-3, warmup=2, eval_every=4,
+                eval_batches=2, logger="none", progress=False, out_dir=str(tmp_path), device="cpu")
+    return TrainConfig(**{**base, **kw})
+
+
+def run_env() -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="offline", TRAINKIT_FORCE_CPU="1")
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+# ------------------------------------------------------------------------------------------- exact resume
+@pytest.mark.parametrize("stop", [3, 4])   # between evaluations, and exactly on one
+def test_exact_resume_single_process(tmp_path, stop):
+    kw = dict(grad_accum=2, model=GPTConfig(**MICRO_MODEL, dropout=0.1))  # dropout: the RNG state must resume too
+    straight = Trainer(micro(tmp_path / "straight", **kw)).fit()
+    Trainer(micro(tmp_path / "stopped", **kw)).fit(steps=stop)      # "killed" after step `stop`
+    resumed_trainer = Trainer(micro(tmp_path / "stopped", resume=True, **kw))  # a new trainer, from disk
+    assert resumed_trainer.step == stop and resumed_trainer.resumed_from == stop
+    resumed = resumed_trainer.fit()
+    assert resumed["step"] == list(range(8))
+    for key in ("loss", "grad_norm", "lr", "val_loss"):
+        assert resumed[key] == straight[key], f"{key} differs after resuming at step {stop}"
+    assert all(math.isfinite(v) for v in straight["loss"])
+    a = torch.load(tmp_path / "straight" / "latest.pt", weights_only=False)
+    b = torch.load(tmp_path / "stopped" / "latest.pt", weights_only=False)
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), f"parameter {name} differs after resume"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(tmp_path, out: str, *extra: str) -> subprocess.CompletedProcess:
+    cfg = micro(tmp_path, steps=6, eval_every=3).to_dict()
+    cfg.update(out_dir=str(tmp_path / out), device="auto")
+    config = tmp_path / f"{out}.json"
+    config.write_text(json.dumps(cfg))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(free_port()), "-m", "trainkit.train", "--config", str(config), *extra]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=run_env(), cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def test_two_rank_ddp_resume_is_exact(tmp_path):
+    torchrun(tmp_path, "straight")
+    torchrun(tmp_path, "stopped", "--stop-at", "2")
+    torchrun(tmp_path, "stopped", "--set", "resume=true")
+    a = torch.load(tmp_path / "straight" / "latest.pt", weights_only=False)
+    b = torch.load(tmp_path / "stopped" / "latest.pt", weights_only=False)
+    assert a["world_size"] == 2 and a["step"] == 6 == b["step"]
+    for key in ("loss", "grad_norm", "val_loss"):
+        assert a["history"][key] == b["history"][key], f"2-rank {key} differs after resuming at step 2"
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), f"parameter {name} differs after the 2-rank resume"
+    assert len(a["rng"]) == 2   # every rank's RNG state is kept
+    # the logged loss is the mean over the two ranks, each on its own slice of the step's windows
+    cfg = micro(tmp_path)
+    data = TokenData.default()
+    torch.manual_seed(cfg.seed)
+    model = GPT(cfg.model)
+    with torch.no_grad():
+        losses = [model(*data.get_batch("train", 4, 32, step=0, seed=0, rank=r, world_size=2))[1] for r in range(2)]
+    xs = [data.get_batch("train", 4, 32, step=0, seed=0, rank=r, world_size=2)[0] for r in range(2)]
+    assert not any(torch.equal(r0, r1) for r0 in xs[0] for r1 in xs[1]), "the two ranks read the same window"
+    assert abs(a["history"]["loss"][0] - float(torch.stack(losses).mean())) < 1e-5
+    manifest = json.loads((tmp_path / "straight" / "manifest.json").read_text())
+    assert manifest["world_size"] == 2
+    assert sorted(p.name for p in (tmp_path / "straight").iterdir()) == ["best.pt", "latest.pt", "manifest.json"]
+
+
+# ------------------------------------------------------------------------------------------- non-finite skip
+class PoisonAt(Trainer):
+    def __init__(self, cfg, at: int, value: float):
+        self.at, self.value = at, value
+        super().__init__(cfg)
+
+    def before_clip(self, step: int) -> None:
+        if step == self.at:
+            p = next(self.raw_model.parameters())
+            p.grad.view(-1)[0] = self.value
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_injected_non_finite_gradient_is_skipped_once(tmp_path, value):
+    trainer = PoisonAt(micro(tmp_path, optimizer="adamw"), at=3, value=value)
+    trainer.fit(steps=3)
+    params = {k: v.clone() for k, v in trainer.raw_model.state_dict().items()}
+    opt_state = copy.deepcopy(trainer.optimizer.state_dict())
+    trainer.fit(steps=4)                                          # the poisoned step
+    assert trainer.history["skipped"] == [False, False, False, True]
+    assert not math.isfinite(trainer.history["grad_norm"][3])
+    for k, v in trainer.raw_model.state_dict().items():
+        assert torch.equal(v, params[k]), f"{k} changed on the skipped step"
+    after = trainer.optimizer.state_dict()
+    for idx, st in opt_state["state"].items():
+        for name, value_before in st.items():
+            assert torch.equal(after["state"][idx][name], value_before), f"optimizer state {name} changed"
+    assert all(p.grad is None for p in trainer.raw_model.parameters())
+    history = trainer.fit()                                       # and training goes on
+    assert history["skipped"].count(True) == 1
+    assert all(math.isfinite(x) for x in history["loss"])
+    assert not torch.equal(next(trainer.raw_model.parameters()), next(iter(params.values())))
+    assert trainer.optimizer.state_dict()["state"][0]["step"] == 7   # 8 steps, one skipped
+
+
+def test_should_skip_reference():
+    trainer = Trainer.__new__(Trainer)
+    assert trainer.should_skip(torch.tensor(1e30)) is False
+    assert trainer.should_skip(torch.tensor(0.0)) is False
+    for bad in (math.nan, math.inf, -math.inf):
+        assert trainer.should_skip(torch.tensor(bad)) is True
+
+
+# ------------------------------------------------------------------------------------------- checkpoints
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    trainer = Trainer(micro(tmp_path))
+    trainer.fit(steps=3)
+    latest = tmp_path / "latest.pt"
+    before = latest.read_bytes()
+    trainer.train_step(3)
+    trainer.step = 4
+
+    def torn_save(obj, f, *a, **k):       # a crash half-way through the write
+        f.write(b"PK\x03\x04 partial bytes")
+        raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(train_mod.torch, "save", torn_save)
+    with pytest.raises(OSError, match="disk full"):
+        trainer.save_checkpoint(latest)
+    monkeypatch.undo()
+    assert latest.read_bytes() == before, "the previous checkpoint was overwritten by a failed write"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.pt", "manifest.json"], "a temp file was left"
+    state = torch.load(latest, weights_only=False)
+    assert state["step"] == 3
+    resumed = Trainer(micro(tmp_path, resume=True))
+    assert resumed.step == 3
+
+
+def test_checkpoint_kill_during_write_keeps_previous(tmp_path):
+    """A process killed (SIGKILL) while writing leaves the previous checkpoint loadable."""
+    script = f"""
+import os, signal, torch, trainkit.train as t
+t.atomic_save({{"step": 1, "w": torch.zeros(10)}}, {str(tmp_path / 'latest.pt')!r})
+real_save = torch.save
+def dying_save(obj, f, *a, **k):
+    f.write(b"PK partial"); f.flush(); os.kill(os.getpid(), signal.SIGKILL)
+torch.save = dying_save
+t.atomic_save({{"step": 2, "w": torch.ones(10)}}, {str(tmp_path / 'latest.pt')!r})
+"""
+    done = subprocess.run([sys.executable, "-c", script], env=run_env(), capture_output=True, timeout=120)
+    assert done.returncode == -9, done.stderr
+    assert torch.load(tmp_path / "latest.pt", weights_only=False)["step"] == 1
+
+
+def test_best_and_latest_checkpoints(tmp_path):
+    trainer = Trainer(micro(tmp_path))
+    history = trainer.fit()
+    best = torch.load(tmp_path / "best.pt", weights_only=False)
+    latest = torch.load(tmp_path / "latest.pt", weights_only=False)
+    assert history["val_step"] == [3, 7] and latest["step"] == 8
+    assert best["best_val"] == min(history["val_loss"]) == trainer.best_val
+    assert best["step"] == 4 * (1 + history["val_loss"].index(min(history["val_loss"])))
+
+
+# ------------------------------------------------------------------------------------------- compile, logs
+def test_compile_failure_falls_back_to_eager(tmp_path, monkeypatch):
+    def no_compile(*a, **k):
+        raise RuntimeError("no C++ compiler on this platform (simulated)")
+
+    monkeypatch.setattr(train_mod.torch, "compile", no_compile)
+    trainer = Trainer(micro(tmp_path / "c", compile=True, steps=4))
+    assert trainer.compile_status == {"requested": True, "active": False,
+                                      "reason": "RuntimeError: no C++ compiler on this platform (simulated)"}
+    manifest = json.loads((tmp_path / "c" / "manifest.json").read_text())
+    assert manifest["compile"]["reason"].startswith("RuntimeError: no C++ compiler")
+    eager = Trainer(micro(tmp_path / "e", steps=4)).fit()
+    assert trainer.fit()["loss"] == eager["loss"]
+
+
+def test_logger_series_and_manifest(tmp_path):
+    from trainkit.runlog import read_series
+
+    trainer = Trainer(micro(tmp_path, logger="tensorboard", steps=4, eval_every=2))
+    trainer.fit()
+    series = read_series(next((tmp_path / "runs").iterdir()))
+    for key in ("train/loss", "lr", "grad_norm", "tokens_per_s", "step_time", "skipped"):
+        assert [s for s, _ in series[key]] == [0, 1, 2, 3], key
+    assert [s for s, _ in series["val/loss"]] == [1, 3]
+    assert [v for _, v in series["train/loss"]] == pytest.approx(trainer.history["loss"], rel=1e-12)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["config"]["lr"] == 3e-3 and manifest["seed"] == 0
+    assert manifest["tokenizer"]["version"] == "bytes-utf8-v1"
+    assert len(manifest["data"]["sha256"]) == 64 and manifest["torch"] == torch.__version__
+    assert manifest["git_sha"] is None or len(manifest["git_sha"].split("+")[0]) == 40
+    assert manifest["params"]["total"] == sum(p.numel() for p in trainer.raw_model.parameters())
+
+
+# ------------------------------------------------------------------------------------------- schedule
+def test_schedule_warmup_cosine_and_wsd(tmp_path):
+    t = Trainer(micro(tmp_path, steps=100, warmup=10, lr=1.0, min_lr_ratio=0.1))
+    assert t.lr_at(0) == pytest.approx(0.1) and t.lr_at(10) == pytest.approx(1.0)
+    assert t.lr_at(5) == pytest.approx(0.55)
+    assert t.lr_at(99) == pytest.approx(0.1) and t.lr_at(500) == pytest.approx(0.1)
+    mid = 10 + (99 - 10) / 2
+    assert t.lr_at(int(mid)) == pytest.approx(0.1 + 0.45 * (1 + math.cos(math.pi * (int(mid) - 10) / 89)))
+    w = Trainer(micro(tmp_path, steps=100, warmup=10, lr=1.0, min_lr_ratio=0.0, schedule="wsd", decay_frac=0.2))
+    assert w.lr_at(10) == w.lr_at(79) == pytest.approx(1.0)
+    assert w.lr_at(80) == pytest.approx(1.0) and w.lr_at(99) == pytest.approx(0.0, abs=1e-12)
+    assert w.lr_at(90) == pytest.approx(1.0 - 10 / 19)
+
+
+def test_lion_and_weight_decay_groups(tmp_path):
+    t = Trainer(micro(tmp_path, optimizer="lion", lr=3e-4))
+    assert type(t.optimizer).__name__ == "Lion"
+    decay, no_decay = t.optimizer.param_groups
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() == 1 for p in no_decay["params"])
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(math.isfinite(x) for x in t.fit()["loss"])
+
+
+# ------------------------------------------------------------------------------------------- config and CLI
+def test_presets():
+    recipe = TrainConfig.seed_recipe()
+    assert (recipe.model.d_model, recipe.model.n_layer, recipe.model.n_heads_q, recipe.model.n_heads_kv,
+            recipe.model.d_ff, recipe.model.block_size, recipe.model.vocab_size) == (512, 8, 8, 4, 1536, 1024, 50257)
+    assert (recipe.steps, recipe.warmup, recipe.lr, recipe.betas, recipe.weight_decay) == (20_000, 200, 3e-4,
+                                                                                            (0.9, 0.95), 0.1)
+    assert TrainConfig.for_device("cpu").model == GPTConfig.tiny()
+    assert TrainConfig.for_device("cuda").model == GPTConfig.seed_recipe()
+
+
+def test_config_file_and_flags(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"lr": 1, "model": {"n_layer": 2}, "betas": [0.9, 0.99]}))
+    cfg = TrainConfig.from_file(path).with_flags(["steps=50", "model.d_model=64", "max_grad_norm=inf",
+                                                  "compile=true"])
+    assert cfg.lr == 1.0 and isinstance(cfg.lr, float) and cfg.model.n_layer == 2 and cfg.betas == (0.9, 0.99)
+    assert cfg.steps == 50 and cfg.model.d_model == 64 and cfg.max_grad_norm == math.inf and cfg.compile is True
+    assert TrainConfig.from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "learning_rate=1e-3"], "unknown config key 'learning_rate'"),
+    (["--set", "model.n_embd=64"], "unknown config key 'model.n_embd'"),
+    (["--config", "no/such/file.json"], "config file not found: no/such/file.json"),
+    (["--set", "data=no/such/corpus.txt"], "data file not found: no/such/corpus.txt"),
+    (["--set", "lr=-0.001"], "lr must be a number > 0, got -0.001"),
+    (["--set", "lr=0"], "lr must be a number > 0, got 0.0"),
+    (["--set", "steps=0"], "steps must be an int >= 1, got 0"),
+    (["--set", "warmup=400"], "warmup (400) must be smaller than steps (400)"),
+    (["--set", "precision=fp16"], "precision must be one of fp32, bf16, auto; got 'fp16'"),
+    (["--set", "model.n_heads_kv=3"], "n_heads_q (4) must be a multiple of n_heads_kv (3)"),
+    (["--set", "lr"], "--set expects key=value, got 'lr'"),
+    (["--stop-at", "401"], "--stop-at must be between 0 and steps (400), got 401"),
+])
+def test_cli_bad_input_is_one_clear_line(args, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["--config", "tiny", "--set", "logger=none", *args]) == 2
+    out = capsys.readouterr()
+    assert out.err == f"error: {message}\n" or out.err.startswith(f"error: {message}"), out.err
+    assert out.err.count("\n") == 1 and "Traceback" not in out.err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_cli_exit_code_in_a_subprocess(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "trainkit.train", "--config", "tiny", "--set", "lr=-1"],
+                          capture_output=True, text=True, env=run_env(), cwd=tmp_path, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr == "error: lr must be a number > 0, got -1.0\n"
+
+
+def test_cli_trains(tmp_path, capsys):
+    cfg = micro(tmp_path, steps=4, eval_every=2).to_dict()
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    assert main(["--config", str(tmp_path / "c.json")]) == 0
+    out = capsys.readouterr()
+    assert "done: 4 steps" in out.out and out.err == ""
+    assert torch.load(tmp_path / "latest.pt", weights_only=False)["step"] == 4
+
+
+def test_config_errors_from_python(tmp_path):
+    with pytest.raises(ConfigError, match="betas"):
+        micro(tmp_path, betas=(0.9, 1.0))
+    with pytest.raises(ConfigError, match="unknown config key 'nope'"):
+        TrainConfig.from_dict({"nope": 1})
+    with pytest.raises(ConfigError, match="batch_size 4000"):
+        Trainer(micro(tmp_path, batch_size=4000))
