@@ -1,9 +1,11 @@
 """nbgrader configuration for this course (read by every nbgrader command run from this folder)."""
 import os
 
+from autograder.feedback import (BOOTSTRAP_CSS, NBGRADER_TEMPLATES, TEMPLATES, CsvWithPending, FeedbackExporter,
+                                 FeedbackLabels)
 from autograder.preprocessors import SafeExecute, StderrToStdout
-from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, LimitOutput, SaveAutoGrades
-from nbconvert.preprocessors import ClearMetadataPreprocessor
+from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, GetGrades, LimitOutput, SaveAutoGrades
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
 
 c = get_config()  # noqa: F821 (injected by nbgrader)
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -13,7 +15,13 @@ c.CourseDirectory.course_id = "training-infra"
 c.CourseDirectory.source_directory = "solutions"   # nbgrader "source": instructor notebooks
 c.CourseDirectory.release_directory = "labs"       # nbgrader "release": generated student notebooks
 c.CourseDirectory.db_url = "sqlite:///" + os.path.join(HERE, "gradebook.db")
-c.Exchange.root = os.path.join(HERE, ".nbgrader_exchange")  # local only; nothing is shared over a network
+# nbgrader's exchange (release_assignment -> fetch_assignment -> submit -> collect -> release_feedback ->
+# fetch_feedback): `make install` creates this folder world-writable with the sticky bit, as nbgrader requires
+# when several local users share it. Students' own nbgrader config must name the same folder (README, "Exchange").
+c.Exchange.root = os.path.join(HERE, ".nbgrader_exchange")
+# A fetched assignment lands in <the student's Jupyter folder>/training-infra/<assignment>/: their own copy,
+# never labs/ or solutions/; fetching again never overwrites it (with --replace, only missing files).
+c.Exchange.path_includes_course = True
 
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
@@ -34,3 +42,16 @@ c.Autograde.autograde_preprocessors = [
     AssignLatePenalties,
     CheckCellMetadata,
 ]
+
+# Feedback (`make grade`, `nbgrader generate_feedback`, the Formgrader's button; autograder/feedback.py): nbgrader's
+# pipeline and template, plus each test cell named by its exercise, "awaiting grading" instead of 0 for an answer
+# not yet graded by hand, and hidden tests' source left out (their results stay). To show it, e.g. for a lab that
+# will not be reused: `nbgrader generate_feedback <lab> --FeedbackLabels.show_hidden_tests=True`.
+c.GenerateFeedback.preprocessors = [GetGrades, FeedbackLabels, CSSHTMLHeaderPreprocessor]
+c.GenerateFeedback.exporter_class = FeedbackExporter
+c.FeedbackExporter.template_name = "course_feedback"
+c.FeedbackExporter.extra_template_basedirs = [TEMPLATES, NBGRADER_TEMPLATES]
+c.FeedbackExporter.extra_template_paths = [NBGRADER_TEMPLATES, BOOTSTRAP_CSS]  # nbgrader's template, its CSS
+c.FeedbackLabels.show_hidden_tests = False
+# grades.csv (`make grade`, `nbgrader export`): nbgrader's columns plus manual_grading ("pending" or empty).
+c.ExportApp.plugin_class = CsvWithPending

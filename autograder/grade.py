@@ -284,6 +284,25 @@ def scores(course: Path, student: str, assignment: str) -> tuple[float, float, b
         return float(auto_score), float(auto_max), bool(sub.needs_manual_grade)
 
 
+def written_column(course: Path, student: str, assignment: str) -> str:
+    """The table's "written" column: the points still awaiting manual grading ("pending 2"), else the manual
+    score ("1.5 / 2"), or "-" when the assignment has nothing graded by hand."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(db_url(course)) as gb:
+        try:
+            sub = gb.find_submission(assignment, student)
+        except MissingEntry:
+            return "-"
+        manual = [g for nb in sub.notebooks for g in nb.grades if g.cell.cell_type != "code"]
+        pending = sum(g.max_score for nb in sub.notebooks for g in nb.grades if g.needs_manual_grade)
+        if pending:
+            return f"pending {pending:g}"
+        if not manual:
+            return "-"
+        return f"{sum(g.score or 0.0 for g in manual):g} / {sum(g.max_score for g in manual):g}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--course-dir", type=Path, default=Path.cwd(), help="course root (holds nbgrader_config.py)")
@@ -350,19 +369,25 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(batch, ignore_errors=True)
 
     for assignment in templates:
-        nbgrader(course, "generate_feedback", assignment, "--force", log=logs / f"feedback_{assignment}.log")
+        log = logs / f"feedback_{assignment}.log"
+        if not nbgrader(course, "generate_feedback", assignment, "--force", log=log):
+            print(f"warning: feedback for {assignment} was not (fully) written, see {log}")
     (course / "grades").mkdir(exist_ok=True)
     csv = course / "grades" / "grades.csv"
-    nbgrader(course, "export", f"--to={csv}", log=logs / "export.log")
+    if not nbgrader(course, "export", f"--to={csv}", log=logs / "export.log"):
+        print(f"warning: {csv} was not written, see {logs / 'export.log'}")
 
-    print(f"\n{'student':<20} {'assignment':<28} {'auto score':>12}  status")
+    # "written": points that still await manual grading (Formgrader), or the manual score once graded.
+    print(f"\n{'student':<20} {'assignment':<28} {'auto score':>12}  {'written':<10}  status")
     for student, assignment in subs:
-        got, out_of, manual = scores(course, student, assignment)
-        if (student, assignment) in failed:
-            status = f"FAILED: {failed[(student, assignment)]}"
-        else:
-            status = "ok" + (" (written answers await manual grading)" if manual else "")
-        print(f"{student:<20} {assignment:<28} {got:>5g} / {out_of:<5g}  {status}")
+        got, out_of, _ = scores(course, student, assignment)
+        status = f"FAILED: {failed[(student, assignment)]}" if (student, assignment) in failed else "ok"
+        written = written_column(course, student, assignment)
+        print(f"{student:<20} {assignment:<28} {got:>5g} / {out_of:<5g}  {written:<10}  {status}")
+    pending = [f"{s}/{a}" for s, a in subs if scores(course, s, a)[2]]
+    if pending:
+        print(f"\n{len(pending)} submission(s) await manual grading (Formgrader); then `make grade` again "
+              "refreshes feedback and the CSV (manual grades are kept).")
     print(f"\nfeedback: {course / 'feedback'}\ngrades:   {csv}\nlogs:     {logs}")
     return 1 if failed else 0
 

@@ -1,0 +1,117 @@
+"""Feedback and grade export people can act on (plugged into nbgrader through ``nbgrader_config.py``).
+
+- ``FeedbackLabels``, a preprocessor in ``nbgrader generate_feedback``'s pipeline (after nbgrader's GetGrades):
+  names each test cell by its exercise and behaviour (``test_calculate_gain__leaky_relu`` ->
+  "calculate_gain — leaky_relu", "+ hidden tests" when it has some), marks every grade that still awaits
+  manual grading, and leaves out the source of hidden tests (their results and messages stay) unless
+  ``FeedbackLabels.show_hidden_tests`` is True (``nbgrader generate_feedback --FeedbackLabels.show_hidden_tests=True``).
+- ``FeedbackExporter``, the HTML exporter of generate_feedback, whose template (``templates/course_feedback``,
+  built on nbgrader's own feedback template) shows those labels, and "awaiting grading" instead of a score of 0
+  for a written answer nobody has graded yet.
+- ``CsvWithPending``, nbgrader's CSV export with one more column, ``manual_grading``: "pending" while some
+  answer of that submission awaits manual grading.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import re
+from pathlib import Path
+
+import nbgrader
+from nbconvert.exporters import HTMLExporter
+from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.plugins.export import CsvExportPlugin
+from nbconvert.preprocessors import Preprocessor
+from traitlets import Bool, Unicode
+
+TEMPLATES = str(Path(__file__).resolve().parent / "templates")
+_FORMGRADER = os.path.join(os.path.dirname(nbgrader.__file__), "server_extensions", "formgrader")
+NBGRADER_TEMPLATES = os.path.join(_FORMGRADER, "templates")
+BOOTSTRAP_CSS = os.path.join(_FORMGRADER, "static", "node_modules", "bootstrap", "dist", "css")
+
+HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[^\n]*\n.*?^[ \t]*### END HIDDEN TESTS[^\n]*(\n|$)", re.S | re.M)
+HIDDEN_PLACEHOLDER = "# (hidden tests: not shown; their results are below)\n"
+
+
+def label(grade_id: str, cell_type: str, is_solution: bool) -> str:
+    """What the feedback calls a graded cell: the exercise (and behaviour) rather than "Test cell"."""
+    if is_solution:
+        name = grade_id[len("written_"):] if grade_id.startswith("written_") else grade_id
+        kind = "written answer" if cell_type == "markdown" else "answer"
+        return f"{kind} — {name}"
+    if grade_id.startswith("test_"):
+        exercise, _, part = grade_id[len("test_"):].partition("__")
+        return f"{exercise} — {part}" if part else exercise
+    return grade_id
+
+
+class FeedbackLabels(Preprocessor):
+    """Labels, pending marks and hidden-test sources of the feedback (see the module docstring)."""
+
+    enabled = Bool(True, help="Whether generate_feedback runs it.").tag(config=True)
+
+    show_hidden_tests = Bool(False, help="Show the source of hidden tests in the feedback (their results are "
+                                         "always shown).").tag(config=True)
+    hidden_placeholder = Unicode(HIDDEN_PLACEHOLDER, help="What replaces hidden tests in the feedback.").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        info = resources["nbgrader"]
+        with Gradebook(info["db_url"]) as gb:
+            try:
+                notebook = gb.find_submission_notebook(info["notebook"], info["assignment"], info["student"])
+                self._pending = {g.name: bool(g.needs_manual_grade) for g in notebook.grades}
+            except MissingEntry:
+                self._pending = {}
+            nb, resources = super().preprocess(nb, resources)
+        pending = [c.metadata.nbgrader for c in nb.cells if c.metadata.get("nbgrader", {}).get("pending")]
+        info["pending_points"] = float(sum(m.get("points") or 0 for m in pending))
+        info["pending_count"] = len(pending)
+        return nb, resources
+
+    def preprocess_cell(self, cell, resources, index):
+        meta = cell.metadata.get("nbgrader", {})
+        if not (meta.get("grade") or meta.get("task")):
+            return cell, resources
+        gid = meta.get("grade_id", "")
+        meta["label"] = label(gid, cell.cell_type, bool(meta.get("solution")))
+        meta["pending"] = self._pending.get(gid, False)
+        if cell.cell_type == "code" and not meta.get("solution") and HIDDEN.search(cell.source):
+            meta["label"] += " (+ hidden tests)"
+            if not self.show_hidden_tests:
+                cell.source = HIDDEN.sub(self.hidden_placeholder, cell.source)
+                for out in cell.get("outputs", []):
+                    # a traceback quotes the failing line, which may be a hidden one: keep the message only
+                    if out.get("output_type") == "error":
+                        out["traceback"] = [f"{out.get('ename', 'Error')}: {out.get('evalue', '')}"]
+        return cell, resources
+
+
+class FeedbackExporter(HTMLExporter):
+    """generate_feedback's exporter: nbgrader's feedback page with the course's labels and pending marks.
+
+    Its template is set in nbgrader_config.py (``c.FeedbackExporter.template_name``): config for this class
+    wins over the ``HTMLExporter`` settings that nbgrader and the Formgrader apply, so feedback generated from
+    the Formgrader's button looks the same as `make grade`'s."""
+
+
+class CsvWithPending(CsvExportPlugin):
+    """nbgrader's CSV export plus a ``manual_grading`` column: "pending" while an answer awaits manual grading."""
+
+    def export(self, gradebook: Gradebook) -> None:
+        super().export(gradebook)
+        dest = self.to or "grades.csv"
+        with open(dest, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            rows, fields = list(reader), list(reader.fieldnames or [])
+        for row in rows:
+            try:
+                sub = gradebook.find_submission(row["assignment"], row["student_id"])
+            except MissingEntry:
+                row["manual_grading"] = ""
+            else:
+                row["manual_grading"] = "pending" if sub.needs_manual_grade else ""
+        with open(dest, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=[*fields, "manual_grading"])
+            writer.writeheader()
+            writer.writerows(rows)
