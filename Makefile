@@ -16,12 +16,18 @@ PORT ?= 8888
 # Jupyter refuses to run as root unless told to (containers and CI machines often are root).
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test test-gpu labs grade install normalize clean-grading help
+.PHONY: lab test test-gpu labs grade install normalize clean-grading help my-work reset-lab exercises validate student-edition
 
 help:
-	@echo "make lab    start JupyterLab on the course (installs what it needs the first time; PORT=8888)"
+	@echo "For students (work in my-work/, never in labs/):"
+	@echo "make lab    copy any new lab into my-work/ (your copies are never overwritten), start JupyterLab (PORT=8888)"
+	@echo "make validate LAB=03   run your copy of lab 03 and its visible tests (nbgrader validate); without LAB: every lab"
+	@echo "make reset-lab LAB=03 [EXERCISE=name]  start lab 03 (or one exercise of it) afresh; the old copy goes to my-work/backups/"
+	@echo "make exercises LAB=03  list the exercise names of lab 03 (for EXERCISE=)"
+	@echo "For instructors and maintainers (students never need these; they act on the whole course):"
 	@echo "make test   run the whole test suite (notebooks, autograder proofs, packaging)"
-	@echo "make labs   regenerate labs/ from solutions/ (nbgrader generate_assignment)"
+	@echo "make labs   regenerate labs/ from solutions/; stops, overwriting nothing, if a file in labs/ was edited by hand (FORCE=1 overwrites)"
+	@echo "make student-edition  build the student edition (no solutions, hidden tests or grading tools) into build/student-edition/ (EDITION=dir, ARCHIVE=1 adds a .tar.gz)"
 	@echo "make grade  autograde submitted/<student>/<assignment>/ (JOBS at once, sandboxed), write feedback/ and grades/grades.csv"
 	@echo "make test-gpu  CUDA-only checks (skip without a GPU) and the mixed-precision speed/memory table"
 	@echo "make install   build .venv from the pins in pyproject.toml (the other targets do it when needed)"
@@ -44,8 +50,25 @@ install: $(STAMP)
 # nbgrader's exchange folder (nbgrader_config.py): world-writable with the sticky bit, as nbgrader requires.
 	@mkdir -p .nbgrader_exchange && chmod 1777 .nbgrader_exchange
 
-lab: install
-	@echo "Starting JupyterLab: open the http://127.0.0.1:$(PORT)/lab?token=... URL printed below."
+# Students' own copies of the labs: each released lab is copied once into my-work/ (git-ignored); an
+# existing copy is never written to (trainkit/workspace.py). The student edition's Makefile does the same.
+my-work: install
+	$(BIN)/python -m trainkit.workspace sync
+
+reset-lab: install
+	@test -n "$(LAB)" || { echo "say which lab: make reset-lab LAB=03_gradient_clipping [EXERCISE=clip_grad_norm]"; exit 2; }
+	$(BIN)/python -m trainkit.workspace reset $(LAB) $(EXERCISE)
+
+exercises: install
+	@test -n "$(LAB)" || { echo "say which lab: make exercises LAB=03"; exit 2; }
+	$(BIN)/python -m trainkit.workspace exercises $(LAB)
+
+validate: my-work
+	@test -n "$(wildcard my-work/$(LAB)*/*.ipynb)" || { echo "no lab in my-work/ matches LAB=$(LAB)"; exit 2; }
+	$(BIN)/nbgrader validate $(sort $(wildcard my-work/$(LAB)*/*.ipynb))
+
+lab: my-work
+	@echo "Starting JupyterLab: open the http://127.0.0.1:$(PORT)/lab?token=... URL printed below; your labs are in my-work/."
 	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --ServerApp.port_retries=0 \
 	  --ServerApp.root_dir=$(CURDIR) $(ALLOW_ROOT)
 
@@ -58,8 +81,14 @@ test-gpu: install
 	$(BIN)/python -m pytest -v -rs tests/test_gpu.py
 	$(BIN)/python benchmarks/mixed_precision.py
 
+# Instructor: regenerate labs/ (nbgrader generate_assignment), refusing to overwrite hand edits (autograder/release.py).
 labs: install
-	$(BIN)/nbgrader generate_assignment "*" --force
+	$(BIN)/python -m autograder.release $(if $(FORCE),--force)
+
+# Instructor: the student edition (autograder/edition.py, templates in edition/), ready to publish as its own repository.
+EDITION ?= build/student-edition
+student-edition: install
+	$(BIN)/python -m autograder.edition --out $(EDITION) $(if $(ARCHIVE),--archive)
 
 grade: install
 	$(BIN)/python -m autograder.grade --jobs $(JOBS)

@@ -56,15 +56,21 @@ def test_labs_are_exactly_what_make_labs_generates(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     generated = sorted(p.relative_to(course / "labs") for p in (course / "labs").rglob("*.ipynb"))
     committed = sorted(p.relative_to(ROOT / "labs") for p in (ROOT / "labs").rglob("*.ipynb"))
-    assert generated == committed, "labs/ holds different notebooks from solutions/: run `make labs`"
+    assert generated == committed, ("labs/ holds different notebooks from what solutions/ generates. Instructor: run "
+                                    "`make labs` (it stops rather than overwrite hand edits) and commit. Students never "
+                                    "edit labs/ or run `make labs`: they work in my-work/ (see README)")
     for rel in generated:
         assert (course / "labs" / rel).read_text() == (ROOT / "labs" / rel).read_text(), \
-            f"labs/{rel} is out of date with solutions/: run `make labs` and commit the result"
+            (f"labs/{rel} differs from what solutions/ generates. Instructor: run `make labs` (it stops rather than "
+             "overwrite a hand-edited lab) and commit the result. A student who edited labs/: keep your edits by copying "
+             "the notebook into my-work/ first; your own copies live there (see README)")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_notebooks_are_committed_normalized(path):
-    assert nbu.is_normalized(path), f"{path.relative_to(ROOT)}: run `make normalize` (outputs stripped, stable metadata)"
+    assert nbu.is_normalized(path), (f"{path.relative_to(ROOT)} is not committed clean. Maintainer: run `make normalize` "
+                                      "(outputs stripped, stable metadata) before committing. A student who ran a lesson "
+                                      "here has lost nothing: this check is for the course's own commits")
 
 
 DEPRECATED = {

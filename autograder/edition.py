@@ -1,0 +1,240 @@
+"""`make student-edition` (instructor): the course as students get it, ready to publish as its own repository.
+
+    python -m autograder.edition                         # into build/student-edition/
+    python -m autograder.edition --out DIR --archive     # and DIR.tar.gz next to it
+
+What goes in: the lessons, the generated labs (labs/, exactly as committed), the helper package (trainkit/),
+the check helpers the labs import (autograder/checks.py and any other autograder module a lab or lesson
+imports), a student README, Makefile and .gitignore (templates in edition/), and pyproject.toml and
+environment.yml with the course's own pins. Nothing else: no solutions/, no hidden tests, no bug catalogue,
+no grading tooling, no tests/, no gradebook or nbgrader configuration. The builder lists what it copies
+(never "everything except"), and refuses to finish if any written file holds nbgrader's solution or
+hidden-test markers, or if a lab imports an instructor-only module.
+
+Publishing: build into a clone of the student repository (``--out ../course-student``): everything in it is
+replaced except its .git folder, then commit and push there. The folder must be empty or an earlier edition
+(it holds the marker file .student-edition), so a mistyped --out cannot wipe another folder.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+import tarfile
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TEMPLATES = ROOT / "edition"
+MARKER = ".student-edition"
+# autograder modules that only the instructor side may have (grading, sandbox, tamper guard, tooling).
+INSTRUCTOR_ONLY = {"grade", "sandbox", "guard", "preprocessors", "release", "edition", "notebooks", "jupyterhub"}
+# Text that must never reach a student: nbgrader's markers around reference answers and hidden tests.
+FORBIDDEN = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
+
+
+def _files(folder: Path) -> list[Path]:
+    """Files under ``folder`` (relative to it), without hidden files/folders or Python caches."""
+    return sorted(p.relative_to(folder) for p in folder.rglob("*")
+                  if p.is_file() and not any(part.startswith(".") or part == "__pycache__"
+                                             for part in p.relative_to(folder).parts))
+
+
+def _code_cells(path: Path) -> list[str]:
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    return ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+            for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def _autograder_imports(source: str) -> set[str]:
+    """Names X of ``autograder.X`` that a piece of Python (or a notebook cell) imports."""
+    found = set()
+    for line in source.splitlines():
+        m = re.match(r"\s*from\s+autograder(?:\.(\w+))?\s+import\s+(.+)", line)
+        if m:
+            if m[1]:
+                found.add(m[1])
+            else:  # from autograder import checks, ...
+                found |= {name.strip().split(" as ")[0] for name in m[2].strip("() ").split(",") if name.strip()}
+        for m in re.finditer(r"\bimport\s+autograder\.(\w+)", line):
+            found.add(m[1])
+    return found
+
+
+def check_modules(root: Path = ROOT) -> list[str]:
+    """The autograder modules the students' notebooks need, with what those modules import in turn."""
+    need: set[str] = set()
+    for nb in [*root.glob("lessons/*.ipynb"), *root.glob("labs/*/*.ipynb")]:
+        for source in _code_cells(nb):
+            need |= _autograder_imports(source)
+    todo, done = sorted(need), set()
+    while todo:
+        name = todo.pop()
+        if name in done:
+            continue
+        done.add(name)
+        path = root / "autograder" / f"{name}.py"
+        if name in INSTRUCTOR_ONLY or not path.is_file():
+            raise SystemExit(f"student edition: a lesson or lab imports autograder.{name}, which is instructor-only "
+                             f"or missing; student notebooks may import only check helpers")
+        todo += sorted(_autograder_imports(path.read_text()) - done)
+    return sorted(done)
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} to pyproject.toml")
+
+
+def student_pyproject(root: Path = ROOT) -> str:
+    """pyproject.toml of the edition: the course's Python range and exact pins, only the student packages."""
+    project = tomllib.loads((root / "pyproject.toml").read_text())
+    proj = project["project"]
+    package_data = project.get("tool", {}).get("setuptools", {}).get("package-data", {})
+    lines = [
+        "# The course's exact pins (the same as the instructor's and the grader's): every student runs the same stack.",
+        "[build-system]",
+        f"requires = {_toml_value(project['build-system']['requires'])}",
+        f"build-backend = {_toml_value(project['build-system']['build-backend'])}",
+        "",
+        "[project]",
+        'name = "training-infra-course-student"',
+        f"version = {_toml_value(proj['version'])}",
+        'description = "Hands-on course on neural-network training infrastructure (PyTorch): student edition."',
+        'readme = "README.md"',
+        f"requires-python = {_toml_value(proj['requires-python'])}",
+        "dependencies = [",
+        *[f"    {_toml_value(dep)}," for dep in proj["dependencies"]],
+        "]",
+        "",
+        "[tool.setuptools]",
+        'packages = ["trainkit", "autograder"]',
+    ]
+    data = {pkg: globs for pkg, globs in package_data.items() if pkg in ("trainkit", "autograder")}
+    if data:
+        lines += ["", "[tool.setuptools.package-data]", *[f"{pkg} = {_toml_value(g)}" for pkg, g in data.items()]]
+    return "\n".join(lines) + "\n"
+
+
+def student_environment(root: Path = ROOT) -> str:
+    """environment.yml of the edition: the course's, without lines about the instructor's test suite."""
+    return "".join(line for line in (root / "environment.yml").read_text().splitlines(keepends=True)
+                   if "tests/" not in line and "test_" not in line)
+
+
+def _title(lesson: Path) -> str:
+    nb = json.loads(lesson.read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            first = text.strip().splitlines()[0] if text.strip() else ""
+            title = first.lstrip("# ").strip()
+            return re.sub(r"^Lesson \d+:\s*", "", title) or lesson.stem
+    return lesson.stem
+
+
+def contents_table(root: Path = ROOT) -> str:
+    """The README's table of topics: every lesson and lab found (any number of topics)."""
+    rows = ["| # | topic | lesson | your copy of the lab |", "|---|---|---|---|"]
+    lessons = {p.name.removesuffix("_lesson.ipynb"): p for p in sorted(root.glob("lessons/*_lesson.ipynb"))}
+    labs = {p.parent.name: p for p in sorted(root.glob("labs/*/*.ipynb"))}
+    for name in sorted(set(lessons) | set(labs)):
+        number = name.split("_", 1)[0]
+        topic = _title(lessons[name]) if name in lessons else name.split("_", 1)[-1].replace("_", " ")
+        lesson = f"`lessons/{lessons[name].name}`" if name in lessons else "-"
+        lab = f"`my-work/{name}/{labs[name].name}`" if name in labs else "-"
+        rows.append(f"| {number.lstrip('0') or '0'} | {topic} | {lesson} | {lab} |")
+    return "\n".join(rows)
+
+
+def plan(root: Path = ROOT) -> dict[str, Path | str]:
+    """{path in the edition: source file (Path) or generated text (str)}: everything the edition holds."""
+    files: dict[str, Path | str] = {}
+    for folder in ("lessons", "labs", "trainkit"):
+        for rel in _files(root / folder):
+            files[f"{folder}/{rel.as_posix()}"] = root / folder / rel
+    files["autograder/__init__.py"] = TEMPLATES / "autograder_init.py"
+    for name in check_modules(root):
+        files[f"autograder/{name}.py"] = root / "autograder" / f"{name}.py"
+    python = tomllib.loads((root / "pyproject.toml").read_text())["project"]["requires-python"]
+    files["README.md"] = ((TEMPLATES / "README.md").read_text()
+                          .replace("{{CONTENTS}}", contents_table(root)).replace("{{PYTHON}}", python))
+    files["Makefile"] = TEMPLATES / "Makefile"
+    files[".gitignore"] = TEMPLATES / "gitignore"
+    files["pyproject.toml"] = student_pyproject(root)
+    files["environment.yml"] = student_environment(root)
+    files[MARKER] = ("This folder is the student edition of the course, generated by `make student-edition`.\n"
+                     "Rebuilding it replaces everything here except .git/ (and my-work/, which it never touches).\n")
+    return files
+
+
+def _prepare(out: Path) -> None:
+    """Empty ``out`` for a new build, keeping .git/ and a student's my-work/; refuse a folder we did not make."""
+    if out.exists():
+        entries = [p for p in out.iterdir() if p.name != ".git"]
+        if entries and not (out / MARKER).is_file():
+            raise SystemExit(f"{out} is not empty and is not a student edition (no {MARKER} file in it): "
+                             "choose an empty folder or an earlier edition")
+        for p in entries:
+            if p.name in ("my-work", ".venv"):
+                continue
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def audit(out: Path) -> list[str]:
+    """Files in ``out`` (its .git, .venv and my-work aside) that hold a solution or hidden-test marker."""
+    bad = []
+    for rel in _files(out):
+        if rel.parts[0] in ("my-work",):
+            continue
+        text = (out / rel).read_bytes().decode("utf-8", errors="replace")
+        bad += [f"{rel.as_posix()}: {marker!r}" for marker in FORBIDDEN if marker in text]
+    return bad
+
+
+def build(out: Path | str, root: Path = ROOT, archive: bool = False) -> Path:
+    """Write the student edition into ``out`` (and ``out``.tar.gz when ``archive``); returns ``out``."""
+    out = Path(out)
+    files = plan(root)
+    _prepare(out)
+    for rel, src in files.items():
+        dst = out / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(src, Path):
+            shutil.copyfile(src, dst)
+        else:
+            dst.write_text(src)
+    leaks = audit(out)
+    if leaks:
+        _prepare(out)  # publish nothing: the folder is emptied again
+        raise SystemExit("student edition NOT built: these files hold solution or hidden-test markers:\n  "
+                         + "\n  ".join(leaks))
+    if archive:
+        tar_path = out.with_name(out.name + ".tar.gz")
+        with tarfile.open(tar_path, "w:gz") as tar:
+            for rel in sorted(files):
+                tar.add(out / rel, arcname=f"{out.name}/{rel}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder.edition", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=str(ROOT / "build" / "student-edition"),
+                        help="folder to write (default: build/student-edition); .git in it is kept")
+    parser.add_argument("--archive", action="store_true", help="also write OUT.tar.gz")
+    args = parser.parse_args(argv)
+    out = build(args.out, archive=args.archive)
+    n = len(plan())
+    print(f"student edition: {n} files in {out}" + (f" and {out.name}.tar.gz next to it" if args.archive else ""))
+    print(f"publish: cd {out} && git init (first time) && git add -A && git commit -m 'Course update' && git push")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
