@@ -17,6 +17,7 @@ from trainkit.models import GPTConfig, TinyGPT, mlp
 def test_selfcheck_hides_and_checks_answers(capsys):
     token = selfcheck.encode("b")
     assert "b" != token and selfcheck.decode(token) == "b"
+    # The older form (encoded strings in the call) keeps working.
     q = selfcheck.choice("?", ["x", "y", "z"], answer=token, explanation=selfcheck.encode("because"))
     assert not q.check("a") and "Not quite" in capsys.readouterr().out
     assert q.check("B") and "because" in capsys.readouterr().out
@@ -25,11 +26,81 @@ def test_selfcheck_hides_and_checks_answers(capsys):
     assert "0.0255" in n.reveal()
 
 
-def test_selfcheck_rejects_malformed_questions():
-    with pytest.raises(ValueError):
-        selfcheck.choice("?", ["x", "y"], answer=selfcheck.encode("c"))
-    with pytest.raises(ValueError):
-        selfcheck.number("?", answer=selfcheck.encode("many"))
+def test_selfcheck_reads_answers_from_the_answer_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(selfcheck, "ANSWERS", tmp_path)
+    selfcheck.store("42.1", "c", "because c")
+    selfcheck.store("42.2", "0.5")
+    assert "because c" not in (tmp_path / "42.json").read_text()  # stored encoded, not in plain sight
+    q = selfcheck.choice("1. ?", ["x", "y", "z"], key="42.1")
+    assert q.check("c") and "because c" in capsys.readouterr().out
+    assert selfcheck.number("2. ?", key="42.2").check("0.501")
+    with pytest.raises(KeyError, match="selfcheck set 42.3"):
+        selfcheck.number("3. ?", key="42.3")
+    with pytest.raises(ValueError, match="NN.n"):
+        selfcheck.number("?", key="42.0")
+
+
+def test_selfcheck_never_counts_an_empty_answer():
+    q = selfcheck.choice("1. ?", ["x", "y"], answer=selfcheck.encode("a"))
+    for empty in (None, "", "  ", "q"):  # nothing chosen, nothing typed, not an option
+        ok, text = q._feedback(empty)
+        assert not ok and "attempt" not in text
+    assert q.attempts == 0
+    assert q._feedback("b") == (False, "Not quite (attempt 1): think again, or press Reveal.")
+    n = selfcheck.number("2. ?", answer=selfcheck.encode("3"))
+    for empty in (None, "", "three"):
+        assert not n._feedback(empty)[0]
+    assert n.attempts == 0 and n._feedback("3.0")[0] and n.attempts == 1
+
+
+def test_selfcheck_shows_a_widget_live_and_a_reveal_in_static_html(monkeypatch):
+    import ipywidgets
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj, raw=False: shown.append((obj, raw)))
+    n = selfcheck.number("1. How many?", answer=selfcheck.encode("3"), explanation=selfcheck.encode("three"))
+    n._ipython_display_()
+    (bundle, raw), = shown
+    assert raw and "application/vnd.jupyter.widget-view+json" in bundle  # JupyterLab: the live widget
+    html = bundle["text/html"]                                         # a static page: question + reveal
+    assert "<details>" in html and "Show answer" in html and "three" in html and "1. How many?" in html
+    assert "How many?" in bundle["text/plain"]
+    entry = n._widget_input(ipywidgets)
+    assert isinstance(entry, ipywidgets.Text) and entry.value == ""  # starts empty, not at 0
+
+
+def test_every_lesson_self_check_reads_its_answer_file_numbered_from_1():
+    import ast
+    import json
+    from pathlib import Path
+
+    import nbformat
+    root = Path(__file__).resolve().parents[1]
+    for path in sorted(root.glob("lessons/*_lesson.ipynb")):
+        nn = path.name[:2]
+        keys = []
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type != "code" or "selfcheck." not in cell.source:
+                continue
+            for call in ast.walk(ast.parse(cell.source)):
+                if isinstance(call, ast.Call) and getattr(call.func, "attr", "") in ("choice", "number") \
+                        and getattr(call.func.value, "id", "") == "selfcheck":
+                    kw = {k.arg: k.value for k in call.keywords}
+                    assert "key" in kw and "answer" not in kw and "explanation" not in kw, (
+                        f"{path.name}: self-checks name their answer by key='{nn}.n' (answer file), "
+                        f"not by encoded strings in the cell")
+                    key = ast.literal_eval(kw["key"])
+                    prompt = ast.literal_eval(call.args[0])
+                    keys.append(key)
+                    n = len(keys)
+                    assert key == f"{nn}.{n}", f"{path.name}: question {n} should have key '{nn}.{n}', got {key!r}"
+                    assert prompt.startswith(f"{n}. "), f"{path.name}: question {n}'s prompt should start '{n}. '"
+                    args = [ast.literal_eval(a) for a in call.args] + \
+                           [ast.literal_eval(v) for k, v in kw.items() if k != "key"]
+                    getattr(selfcheck, call.func.attr)(*args[:2] if call.func.attr == "choice" else args[:1],
+                                                       key=key)  # well-formed: decodes, valid letter or number
+        stored = json.loads((selfcheck.ANSWERS / f"{nn}.json").read_text())
+        assert sorted(stored, key=int) == [k.split(".")[1] for k in keys], (
+            f"trainkit/answers/{nn}.json should hold exactly the answers of {path.name}'s questions")
 
 
 def test_markov_source_entropy_rate_matches_sampled_loss():
