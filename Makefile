@@ -16,7 +16,7 @@ PORT ?= 8888
 # Jupyter refuses to run as root unless told to (containers and CI machines often are root).
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test test-gpu labs grade install normalize clean-grading help my-work reset-lab exercises validate student-edition
+.PHONY: lab test test-gpu labs grade install normalize clean-grading help my-work reset-lab exercises validate student-edition site
 
 help:
 	@echo "For students (work in my-work/, never in labs/):"
@@ -32,6 +32,7 @@ help:
 	@echo "make test-gpu  CUDA-only checks (skip without a GPU) and the mixed-precision speed/memory table"
 	@echo "make install   build .venv from the pins in pyproject.toml (the other targets do it when needed)"
 	@echo "make normalize strip outputs and fix metadata of lessons/ and solutions/ notebooks (before committing)"
+	@echo "make site  execute every lesson (JOBS at once) and build their readable HTML edition in build/site/ (FORCE=1 re-executes all)"
 	@echo "make clean-grading  remove the gradebook and all grading output"
 
 $(STAMP): pyproject.toml
@@ -95,6 +96,11 @@ grade: install
 
 normalize: install
 	$(BIN)/python -m autograder.notebooks normalize lessons/*.ipynb solutions/*/*.ipynb
+
+# A readable edition of the lessons: each lesson executed afresh, as static HTML with a contents page.
+site: install
+	$(BIN)/python -m autograder.lesson_site --out build/site --jobs $(JOBS) $(if $(FORCE),--force)
+	@echo "Open build/site/index.html (self-contained; formulas need the network for MathJax)."
 
 clean-grading:
 	rm -rf gradebook.db autograded feedback grades .nbgrader_release

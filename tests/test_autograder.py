@@ -1,6 +1,6 @@
 """Proof of the autograder, per assignment, through the real `make grade` pipeline (nbgrader).
 
-One grading run per assignment holds five submissions:
+One grading run (the parallel grader, as `make grade` runs it) holds, for every assignment, six submissions:
   perfect      the reference solution typed into the student notebook   -> full autograded marks
   blank        the release notebook untouched                          -> 0, and the run completes
   alternative  a correct solution written differently (catalogue)      -> full autograded marks
@@ -8,14 +8,19 @@ One grading run per assignment holds five submissions:
   buggy        the first catalogued bug                                -> loses points in its exercise only
   broken       not a notebook at all (invalid JSON)                    -> listed as FAILED, others graded
 The buggy submission cross-checks the fast grader of tests/test_catalogue.py against nbgrader itself.
+All tests here share that one run, so they form one xdist group (one worker grades the batch, two at a time).
 """
 from __future__ import annotations
 
 import csv
+import html
+import re
 
 import pytest
 
 from autograder import notebooks as nbu
+from autograder.feedback import label
+from test_feedback import hidden_only_lines
 from course import ASSIGNMENTS, assert_bug_isolated, cell_scores, lost_points, load_catalogue, make_course, release_nb, run_grade, source_nb, submit
 
 # Undo the locked setup cell's warning filter and emit a warning from every test cell (each calls expect),
@@ -31,6 +36,7 @@ def expect(condition, message):
 
 
 STUDENTS = {"perfect", "blank", "alternative", "warning", "buggy", "broken"}
+pytestmark = pytest.mark.xdist_group("autograder-proofs")
 
 
 def autograded(scores):
@@ -38,29 +44,34 @@ def autograded(scores):
     return {k: v for k, v in scores.items() if k.startswith("test_")}
 
 
-@pytest.fixture(scope="module", params=ASSIGNMENTS)
-def graded(request, tmp_path_factory):
-    assignment = request.param
-    course = make_course(tmp_path_factory.mktemp(assignment))
-    release, source = release_nb(assignment), source_nb(assignment)
-    reference = nbu.reference_answers(source)
-    first = next(iter(reference))
-    submit(course, "perfect", assignment, nbu.fill(release, reference))
-    submit(course, "blank", assignment, release)
-    submit(course, "alternative", assignment, nbu.fill(release, {**reference, **load_catalogue(assignment).ALTERNATIVE}))
-    submit(course, "warning", assignment, nbu.fill(release, {**reference, first: reference[first] + WARNING_PREAMBLE}))
-    bug = next(iter(load_catalogue(assignment).BUGS.values()))
-    submit(course, "buggy", assignment, nbu.fill(release, {**reference, **bug}))
-    submit(course, "broken", assignment, raw='{"this is": "not a notebook"')
-    proc = run_grade(course, "--assignment", assignment)
-    return assignment, course, proc
+@pytest.fixture(scope="session")
+def graded_course(tmp_path_factory):
+    """Every assignment's six submissions in one course copy, graded by one run of the parallel grader."""
+    course = make_course(tmp_path_factory.mktemp("autograder-proofs"))
+    for assignment in ASSIGNMENTS:
+        release, source = release_nb(assignment), source_nb(assignment)
+        reference = nbu.reference_answers(source)
+        first = next(iter(reference))
+        submit(course, "perfect", assignment, nbu.fill(release, reference))
+        submit(course, "blank", assignment, release)
+        submit(course, "alternative", assignment, nbu.fill(release, {**reference, **load_catalogue(assignment).ALTERNATIVE}))
+        submit(course, "warning", assignment, nbu.fill(release, {**reference, first: reference[first] + WARNING_PREAMBLE}))
+        bug = next(iter(load_catalogue(assignment).BUGS.values()))
+        submit(course, "buggy", assignment, nbu.fill(release, {**reference, **bug}))
+        submit(course, "broken", assignment, raw='{"this is": "not a notebook"')
+    return course, run_grade(course, "--jobs", "2")
+
+
+@pytest.fixture(params=ASSIGNMENTS)
+def graded(request, graded_course):
+    return (request.param, *graded_course)
 
 
 def test_grading_run_completes_and_reports_the_broken_submission(graded):
     assignment, course, proc = graded
     assert proc.returncode == 1, f"one submission is broken, so grade should exit 1:\n{proc.stdout}\n{proc.stderr}"
-    lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.split() and line.split()[0] in
-             STUDENTS}
+    lines = {line.split()[0]: line for line in proc.stdout.splitlines()
+             if len(line.split()) > 1 and line.split()[0] in STUDENTS and line.split()[1] == assignment}
     assert set(lines) == STUDENTS, proc.stdout
     assert "FAILED" in lines["broken"] and all("FAILED" not in lines[s] for s in lines if s != "broken"), proc.stdout
 
@@ -109,3 +120,46 @@ def test_feedback_and_csv_are_written(graded):
     perfect = sum(v[1] for v in autograded(cell_scores(course, "perfect", assignment)).values())
     assert by_student.get("perfect") == pytest.approx(perfect), by_student
     assert by_student.get("blank") == 0.0, by_student
+
+
+def feedback_text(course, student, assignment) -> str:
+    """The feedback page as a reader sees it (tags stripped)."""
+    page = next((course / "feedback" / student / assignment).glob("*.html")).read_text(encoding="utf-8")
+    return html.unescape(re.sub(r"<[^>]+>", "", page))
+
+
+def test_feedback_names_each_test_cell_and_keeps_hidden_tests_source_out(graded):
+    """Labels by exercise, no hidden test source, but the hidden checks' results and messages are there."""
+    assignment, course, _ = graded
+    text = feedback_text(course, "buggy", assignment)
+    source = source_nb(assignment)
+    release_text = "\n".join(c.source for c in release_nb(assignment).cells)
+    assert "Test cell" not in text, "feedback should name test cells by exercise, not 'Test cell'"
+    for gid, cell in nbu.graded_test_cells(source).items():
+        assert label(gid, "code", False) in text, f"feedback does not name {gid}"
+        leaked = [ln for ln in hidden_only_lines(cell.source, release_text) if ln in text]
+        assert not leaked, f"hidden test source of {gid} is in the feedback: {leaked[:2]}"
+    graded_nb = nbu.read(next((course / "autograded" / "buggy" / assignment).glob("*.ipynb")))
+    messages = [o["evalue"].splitlines()[0] for c in graded_nb.cells if nbu.grade_id(c) in nbu.graded_test_cells(source)
+                for o in c.get("outputs", []) if o.get("output_type") == "error" and o.get("evalue")]
+    assert messages, "the catalogued bug should fail a test cell"
+    assert all(m in text for m in messages), "a failed check's message must stay in the feedback"
+
+
+def test_pending_written_answers_are_marked_in_feedback_csv_and_table(graded):
+    assignment, course, proc = graded
+    written = {gid: c for gid, c in nbu.solution_cells(source_nb(assignment)).items()
+               if c.metadata["nbgrader"].get("grade")}
+    if not written:
+        pytest.skip(f"{assignment} has nothing graded by hand")
+    text = feedback_text(course, "perfect", assignment)
+    for gid, cell in written.items():
+        name = label(gid, cell.cell_type, True)
+        assert re.search(re.escape(name) + r"\s*\(awaiting grading", text), \
+            f"{name} should show as awaiting grading (not a score of 0) until graded by hand"
+    rows = {r["student_id"]: r for r in csv.DictReader((course / "grades" / "grades.csv").open())
+            if r["assignment"] == assignment}
+    assert rows["perfect"]["manual_grading"] == "pending", rows["perfect"]
+    row = next(ln for ln in proc.stdout.splitlines() if ln.split()[:2] == ["perfect", assignment])
+    points = sum(float(c.metadata["nbgrader"]["points"]) for c in written.values())
+    assert f"pending {points:g}" in row, f"make grade's table should say what awaits manual grading: {row}"

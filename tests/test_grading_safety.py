@@ -256,8 +256,10 @@ def test_regrading_is_idempotent_parallel_equals_sequential_and_keeps_manual_gra
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         assert not gb.find_grade(written, ASSIGNMENT, ASSIGNMENT, "perfect").needs_manual_grade, \
             "an unchanged written answer that was graded by hand must not be flagged again"
-    assert "perfect" in proc.stdout and "await manual grading" not in next(
-        ln for ln in proc.stdout.splitlines() if ln.startswith("perfect"))
+    row = next(ln for ln in proc.stdout.splitlines() if ln.startswith("perfect "))
+    assert "pending" not in row and "1.5 / 2" in row, f"the table should show the manual grade, not pending: {row}"
+    feedback = next((course / "feedback" / "perfect" / ASSIGNMENT).glob("*.html")).read_text(encoding="utf-8")
+    assert "awaiting grading" not in feedback and "1.5 / 2" in feedback, "feedback should show the manual grade"
 
 
 def test_the_hub_configuration_loads_and_names_the_course_groups():

@@ -1,0 +1,215 @@
+"""nbgrader's exchange, end to end, as two different local users would use it, with nbgrader's own commands.
+
+An instructor account and a student account are created for the test (useradd; the test needs root and
+skips, saying why, without it). In a scratch course (the config, one lab's source and release notebooks)
+and a scratch exchange folder (world-writable, sticky bit, as `make install` creates the course's own):
+
+    instructor  nbgrader release_assignment
+    student     nbgrader fetch_assignment   -> ~/training-infra/<lab>/ (their own copy, owned by them)
+    student     edits the notebook (one exercise and the written question answered), nbgrader submit
+    instructor  nbgrader collect, `python -m autograder.grade` (make grade's CLI), release_feedback
+    student     nbgrader fetch_feedback     -> the feedback HTML with their score, the written answer
+                                               marked as awaiting grading
+
+Each command runs as its user (runuser) with that user's HOME. Nothing of the course copy's labs/ or
+solutions/ may change on the way.
+"""
+from __future__ import annotations
+
+import grp
+import hashlib
+import os
+import pwd
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import notebooks as nbu
+from course import ROOT, notebook_name, release_nb, source_nb
+
+LAB = "01_signal_propagation"  # the fastest lab
+COURSE_ID = "training-infra"
+
+# Runs as root in a private mount namespace before switching user: where the Python interpreter lives under a
+# folder other users cannot enter (a pyenv build in /root on the course's build machine), that folder is covered
+# by an empty, enterable one into which only the interpreter's folder is put back. $1 blocked folder, $2 the
+# folder under it that holds the interpreter, then the command.
+REACH = r'''
+set -eu
+blocked=$1 child=$2; shift 2
+exec {fd}<"$child"
+mount -t tmpfs -o mode=755 tmpfs "$blocked"
+mkdir -p "$child"
+mount --no-canonicalize --bind "/proc/self/fd/$fd" "$child"
+exec {fd}<&-
+exec "$@"
+'''
+
+
+def _blocked_ancestor(path: Path) -> tuple[Path, Path] | None:
+    """(first ancestor of ``path`` that others cannot enter, its child on the way to ``path``), or None."""
+    parts = path.parts
+    for i in range(1, len(parts) - 1):
+        folder = Path(*parts[: i + 1])
+        if not folder.stat().st_mode & stat.S_IXOTH:
+            return folder, Path(*parts[: i + 2])
+    return None
+
+
+class Users:
+    """Throw-away local accounts, removed afterwards."""
+
+    def __init__(self, base: Path):
+        self.base = base
+        self.names: list[str] = []
+        interpreter = Path(os.path.realpath(sys.executable))
+        self.blocked = _blocked_ancestor(interpreter.parent)
+
+    def add(self, role: str) -> tuple[str, Path]:
+        name = f"nbx{role[:4]}{uuid.uuid4().hex[:6]}"
+        home = self.base / name
+        subprocess.run(["useradd", "--create-home", "--home-dir", str(home), "--shell", "/bin/sh",
+                        "--user-group", name], check=True, capture_output=True)
+        self.names.append(name)
+        return name, home
+
+    def run(self, user: str, home: Path, cwd: Path, *cmd: str) -> subprocess.CompletedProcess:
+        env = {"HOME": str(home), "USER": user, "LOGNAME": user, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+               "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+        full = ["runuser", "-u", user, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()], *cmd]
+        if self.blocked:
+            full = ["unshare", "--mount", "--propagation", "private", "bash", "-c", REACH, "reach",
+                    *map(str, self.blocked), *full]
+        proc = subprocess.run(full, cwd=cwd, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, f"`{' '.join(cmd[2:] if cmd[:2] == (sys.executable, '-m') else cmd)}` as " \
+                                     f"{user} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        return proc
+
+    def nbgrader(self, user: str, home: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+        return self.run(user, home, cwd, sys.executable, "-m", "nbgrader", *args)
+
+    def remove(self) -> None:
+        for name in self.names:
+            subprocess.run(["userdel", name], capture_output=True)
+
+
+def tree_digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(folder)).encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+def owner(path: Path) -> str:
+    return pwd.getpwuid(path.stat().st_uid).pw_name
+
+
+@pytest.fixture(scope="module")
+def two_users():
+    if os.geteuid() != 0:
+        pytest.skip("the exchange round trip creates two local users: it needs root")
+    for tool in ("useradd", "userdel", "runuser", "unshare"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"the exchange round trip needs `{tool}`, which is not installed")
+    base = Path(tempfile.mkdtemp(prefix="nbgrader-exchange-"))
+    base.chmod(0o755)
+    users = Users(base)
+    try:
+        yield base, users
+    finally:
+        users.remove()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_release_fetch_submit_collect_grade_feedback_round_trip(two_users):
+    base, users = two_users
+    instructor, instructor_home = users.add("inst")
+    student, student_home = users.add("stud")
+    try:
+        grp.getgrnam(student)
+    except KeyError:  # pragma: no cover - useradd --user-group always makes it
+        pytest.fail("useradd did not create the student's group")
+
+    # The exchange, as `make install` makes the course's: world-writable with the sticky bit.
+    exchange = base / "exchange"
+    exchange.mkdir()
+    exchange.chmod(0o1777)
+    # The instructor's course: the config (pointed at this exchange), one lab's source and release notebooks.
+    course = instructor_home / "course"
+    (course / "solutions").mkdir(parents=True)
+    (course / "labs").mkdir()
+    shutil.copytree(ROOT / "solutions" / LAB, course / "solutions" / LAB)
+    shutil.copytree(ROOT / "labs" / LAB, course / "labs" / LAB)
+    config = (ROOT / "nbgrader_config.py").read_text(encoding="utf-8")
+    (course / "nbgrader_config.py").write_text(config + f"\nc.Exchange.root = {str(exchange)!r}\n", encoding="utf-8")
+    subprocess.run(["chown", "-R", f"{instructor}:{instructor}", str(course)], check=True)
+    # The student's nbgrader config names the course and the exchange (README, "Exchange").
+    (student_home / "nbgrader_config.py").write_text(
+        "c = get_config()  # noqa: F821\n"
+        f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
+        f"c.Exchange.root = {str(exchange)!r}\n"
+        "c.Exchange.path_includes_course = True\n", encoding="utf-8")
+    # What the student will type in: an answer to the first exercise and to the written question, nothing else.
+    source, release = source_nb(LAB), release_nb(LAB)
+    reference = nbu.reference_answers(source)
+    first = next(iter(reference))
+    written = next(g for g, c in nbu.solution_cells(source).items() if c.cell_type == "markdown")
+    edited = base / "edited.ipynb"
+    nbformat.write(nbu.fill(release, {first: reference[first], written: "Because of the default init."}), str(edited))
+    edited.chmod(0o644)
+
+    # instructor: release
+    labs_before, solutions_before = tree_digest(course / "labs"), tree_digest(course / "solutions")
+    users.nbgrader(instructor, instructor_home, course, "release_assignment", LAB)
+
+    # student: fetch into their own folder, edit, submit
+    proc = users.nbgrader(student, student_home, student_home, "fetch_assignment", LAB)
+    fetched = student_home / COURSE_ID / LAB / notebook_name(LAB)
+    assert fetched.is_file(), f"fetch_assignment did not put the lab in {fetched.parent}:\n{proc.stderr}"
+    assert owner(fetched) == student, "the fetched copy must belong to the student"
+    assert [c.source for c in nbu.read(fetched).cells] == [c.source for c in nbu.read(course / "labs" / LAB / fetched.name).cells]
+    users.run(student, student_home, student_home, "cp", str(edited), str(fetched))
+    users.nbgrader(student, student_home, student_home, "submit", LAB)
+
+    # instructor: collect, grade with the course's grader, release the feedback
+    users.nbgrader(instructor, instructor_home, course, "collect", LAB)
+    collected = course / "submitted" / student / LAB / fetched.name
+    assert collected.is_file(), "collect did not put the submission where make grade looks for it"
+    proc = users.run(instructor, instructor_home, course, sys.executable, "-m", "autograder.grade",
+                     "--course-dir", str(course), "--assignment", LAB, "--jobs", "1")
+    row = next((ln for ln in proc.stdout.splitlines() if ln.startswith(student)), "")
+    assert row, proc.stdout
+    users.nbgrader(instructor, instructor_home, course, "release_feedback", LAB)
+
+    # student: fetch the feedback and see the score
+    users.nbgrader(student, student_home, student_home, "fetch_feedback", LAB)
+    feedback = sorted((student_home / COURSE_ID / LAB / "feedback").glob("*/*.html"))
+    assert feedback, f"fetch_feedback brought nothing into {student_home / COURSE_ID / LAB}"
+    html = feedback[-1].read_text(encoding="utf-8")
+
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        sub = gb.find_submission(LAB, student)
+        got, out_of, pending = sub.score, sub.max_score, sub.needs_manual_grade
+        exercise = sum(g.score for nb in sub.notebooks for g in nb.grades
+                       if g.name.startswith("test_") and nbu.exercise_of(g.name) == first)
+        exercise_max = sum(g.max_score for nb in sub.notebooks for g in nb.grades
+                       if g.name.startswith("test_") and nbu.exercise_of(g.name) == first)
+    assert exercise == exercise_max > 0 and 0 < got < out_of, \
+        f"one exercise answered should earn its points ({exercise}/{exercise_max}) and only those ({got}/{out_of})"
+    assert re.search(rf"Score:\s*{got:g}\s*/\s*{out_of:g}\b", html), \
+        f"the student's feedback should show their score {got:g} / {out_of:g}"
+    assert pending and "awaiting grading" in html, "the written answer should show as awaiting grading"
+    assert f"{got:g} / " in row and "pending" in row, f"make grade's table should show the score and pending: {row}"
+    # nothing of the instructor's course was overwritten by the round trip
+    assert tree_digest(course / "labs") == labs_before and tree_digest(course / "solutions") == solutions_before

@@ -1,0 +1,90 @@
+"""Feedback people can act on (autograder/feedback.py), checked without grading anything (seconds).
+
+The graded end of it (labels, pending marks and hidden tests in real feedback HTML, the CSV's manual_grading
+column, make grade's table) is checked on the graded submissions of tests/test_autograder.py.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import nbformat
+import pytest
+from traitlets.config.loader import PyFileConfigLoader
+
+from autograder import notebooks as nbu
+from autograder.feedback import HIDDEN, CsvWithPending, FeedbackExporter, FeedbackLabels, label
+from course import ASSIGNMENTS, ROOT, source_nb
+
+
+def test_every_test_cell_is_named_by_its_exercise_and_behaviour():
+    for assignment in ASSIGNMENTS:
+        tests = nbu.graded_test_cells(source_nb(assignment))
+        labels = {gid: label(gid, "code", False) for gid in tests}
+        for gid, text in labels.items():
+            exercise, _, part = gid[len("test_"):].partition("__")
+            assert text.startswith(exercise) and part in text, f"{assignment}: {gid} is labelled {text!r}"
+        assert len(set(labels.values())) == len(labels), f"{assignment}: two test cells share a label: {labels}"
+    assert label("test_calculate_gain__leaky_relu", "code", False) == "calculate_gain — leaky_relu"
+    assert label("written_linear_default", "markdown", True) == "written answer — linear_default"
+
+
+def hidden_only_lines(cell_source: str, release_text: str) -> list[str]:
+    """Lines of the hidden tests that appear nowhere in the student's release notebook."""
+    hidden = [m.group(0) for m in HIDDEN.finditer(cell_source)]
+    lines = [ln.strip() for block in hidden for ln in block.splitlines()[1:-1]]
+    return [ln for ln in lines if len(ln) >= 20 and ln not in release_text]
+
+
+def run_labels(nb, **config):
+    pre = FeedbackLabels(**config)
+    pre._pending = {}
+    return [pre.preprocess_cell(cell, {}, i)[0] for i, cell in enumerate(nb.cells)]
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_hidden_tests_source_is_left_out_by_default_and_shown_on_request(assignment):
+    source = source_nb(assignment)
+    release_text = "\n".join(c.source for c in nbu.read(ROOT / "labs" / assignment / f"{assignment}.ipynb").cells)
+    with_hidden = {gid: c for gid, c in nbu.graded_test_cells(source).items() if HIDDEN.search(c.source)}
+    assert with_hidden, f"{assignment} has no hidden tests to leave out"
+    graded = copy.deepcopy(source)
+    for cell in graded.cells:  # a failed hidden check, as autograde records it
+        if nbu.grade_id(cell) in with_hidden:
+            cell.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue="the hidden check's message",
+                                                   traceback=["Traceback ...", f"----> 9 {cell.source.splitlines()[-2]}"])]
+    shown = {nbu.grade_id(c): c for c in run_labels(copy.deepcopy(graded), show_hidden_tests=True)}
+    hidden = {nbu.grade_id(c): c for c in run_labels(copy.deepcopy(graded))}
+    for gid, original in with_hidden.items():
+        secret = hidden_only_lines(original.source, release_text)
+        visible = HIDDEN.sub("", original.source).strip().splitlines()
+        default = hidden[gid]
+        assert "BEGIN HIDDEN TESTS" not in default.source and not [ln for ln in secret if ln in default.source], \
+            f"{assignment}/{gid}: hidden test source is shown in the feedback by default"
+        assert all(ln in default.source for ln in visible), f"{assignment}/{gid}: the visible tests must stay"
+        assert "hidden tests: not shown" in default.source
+        assert default.metadata.nbgrader["label"].endswith("(+ hidden tests)")
+        (err,) = default.outputs
+        assert err["evalue"] == "the hidden check's message" and "the hidden check's message" in err["traceback"][0]
+        assert not any(ln in "".join(err["traceback"]) for ln in secret), "the traceback quotes a hidden line"
+        assert shown[gid].source == original.source, "show_hidden_tests=True must show the whole test cell"
+
+
+def test_nbgrader_config_wires_feedback_export_and_exchange():
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    names = [p.__name__ for p in config.GenerateFeedback.preprocessors]
+    assert names.index("GetGrades") < names.index("FeedbackLabels"), names
+    assert config.GenerateFeedback.exporter_class is FeedbackExporter
+    assert (Path(config.FeedbackExporter.extra_template_basedirs[0]) / config.FeedbackExporter.template_name
+            / "index.html.j2").is_file()
+    assert config.FeedbackLabels.show_hidden_tests is False, "hidden tests' source must be hidden by default"
+    assert config.ExportApp.plugin_class is CsvWithPending
+    assert config.Exchange.root == str(ROOT / ".nbgrader_exchange")
+    assert config.Exchange.path_includes_course is True, "fetched labs must land in <course>/<lab>, not beside labs/"
+
+
+def test_make_install_creates_the_exchange_world_writable_with_the_sticky_bit():
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    install = makefile.split("\ninstall:", 1)[1].split("\n\n", 1)[0]
+    assert "mkdir -p .nbgrader_exchange" in install and "chmod 1777 .nbgrader_exchange" in install, install
+    assert ".nbgrader_exchange/" in (ROOT / ".gitignore").read_text(encoding="utf-8")
