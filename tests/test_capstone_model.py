@@ -131,6 +131,26 @@ def test_initialisation():
     assert not any(name.endswith("bias") for name, _ in model.named_parameters())
 
 
+def test_rmsnorm_matches_torch():
+    """The CPU RMSNorm (hand-written backward) gives nn.RMSNorm's values and gradients."""
+    from trainkit.gpt import RMSNorm, _RMSNormFunction
+
+    torch.manual_seed(0)
+    ours, theirs = RMSNorm(8, eps=1e-5).double(), nn.RMSNorm(8, eps=1e-5).double()
+    with torch.no_grad():
+        ours.weight.normal_()
+        theirs.weight.copy_(ours.weight)
+    x = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    g = torch.randn(3, 5, 8, dtype=torch.float64)
+    ours(x).backward(g)
+    theirs(x2).backward(g)
+    torch.testing.assert_close(ours(x), theirs(x2), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(x.grad, x2.grad, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(ours.weight.grad, theirs.weight.grad, rtol=1e-10, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda a, w: _RMSNormFunction.apply(a, w, 1e-5), (x, ours.weight))
+
+
 def test_config_errors():
     with pytest.raises(ValueError, match="n_heads_kv"):
         small_cfg(n_heads_kv=3)

@@ -11,7 +11,7 @@ Architecture (pre-norm, no biases anywhere):
   serves ``n_heads_q // n_heads_kv`` query heads). ``n_heads_kv == n_heads_q`` is ordinary multi-head attention,
   ``n_heads_kv == 1`` is multi-query attention. Attention itself is ``F.scaled_dot_product_attention``.
 - Positions: a learned table of ``block_size`` vectors (as GPT-2), added to the token embedding.
-- Norms: ``nn.RMSNorm`` (a weight, initialised to 1, and no bias).
+- Norms: RMSNorm (``nn.RMSNorm``: a weight, initialised to 1, and no bias; a faster backward on the CPU).
 - MLP: SwiGLU with hidden width ``d_ff`` (three ``d_model x d_ff`` matrices).
 - Initialisation as lesson 1 teaches for GPT-style models: every linear weight and embedding N(0, 0.02); the two
   projections that write into the residual stream (``attn.c_proj`` and ``mlp.c_proj``) N(0, 0.02 / sqrt(2 n_layer));
@@ -84,6 +84,36 @@ class GPTConfig:
         return asdict(self)
 
 
+class _RMSNormFunction(torch.autograd.Function):
+    """y = x / sqrt(mean(x^2) + eps) * weight with a hand-written backward: on the CPU, where PyTorch has no fused
+    RMSNorm kernel, this is about 1.5x faster than autograd through nn.RMSNorm's decomposition (same values)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True).add_(eps))  # (..., 1)
+        xhat = x * rstd
+        ctx.save_for_backward(xhat, rstd, weight)
+        return xhat * weight
+
+    @staticmethod
+    def backward(ctx, grad):
+        xhat, rstd, weight = ctx.saved_tensors
+        grad_weight = (grad * xhat).reshape(-1, xhat.shape[-1]).sum(0) if ctx.needs_input_grad[1] else None
+        gh = grad * weight
+        grad_x = (gh - xhat * (gh * xhat).mean(-1, keepdim=True)).mul_(rstd)
+        return grad_x, grad_weight, None
+
+
+class RMSNorm(nn.RMSNorm):
+    """``nn.RMSNorm`` (weight initialised to 1, no bias); on the CPU in eager mode it runs the hand-written
+    backward above, elsewhere (CUDA, torch.compile) PyTorch's own kernels."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type == "cpu" and x.dtype == self.weight.dtype and not torch.compiler.is_compiling():
+            return _RMSNormFunction.apply(x, self.weight, self.eps)
+        return super().forward(x)
+
+
 class GroupedQueryAttention(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -122,9 +152,9 @@ class SwiGLU(nn.Module):
 class Block(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
-        self.ln_1 = nn.RMSNorm(cfg.d_model, eps=1e-5)
+        self.ln_1 = RMSNorm(cfg.d_model, eps=1e-5)
         self.attn = GroupedQueryAttention(cfg)
-        self.ln_2 = nn.RMSNorm(cfg.d_model, eps=1e-5)
+        self.ln_2 = RMSNorm(cfg.d_model, eps=1e-5)
         self.mlp = SwiGLU(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
@@ -148,7 +178,7 @@ class GPT(nn.Module):
             wpe=nn.Embedding(cfg.block_size, cfg.d_model),
             drop=nn.Dropout(cfg.dropout),
             h=nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer)),
-            ln_f=nn.RMSNorm(cfg.d_model, eps=1e-5),
+            ln_f=RMSNorm(cfg.d_model, eps=1e-5),
         ))
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_weights:
