@@ -258,3 +258,61 @@ def test_contents_table_lists_every_topic():
         assert f"lessons/{lesson.name}" in table
     for lab in ROOT.glob("labs/*/*.ipynb"):
         assert f"my-work/{lab.parent.name}/{lab.name}" in table
+
+
+def git(cwd: Path, *args: str) -> str:
+    proc = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main",
+                           *args], cwd=cwd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_a_student_updates_with_git_pull_and_keeps_their_work(tmp_path, capsys):
+    """The instructor publishes the edition as a repository, the student clones it and works; the instructor
+    publishes a fixed lab and a new one; the student's `git pull` and `make lab` keep every edit."""
+    from trainkit import workspace
+
+    labs = sorted(p.name for p in (ROOT / "labs").iterdir() if p.is_dir())
+    course = tmp_path / "course"                       # a small course: two labs now, a third one later
+    for folder in ("lessons", "trainkit"):
+        shutil.copytree(ROOT / folder, course / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for lab in labs[:2]:
+        shutil.copytree(ROOT / "labs" / lab, course / "labs" / lab)
+    (course / "autograder").mkdir()
+    shutil.copy(ROOT / "autograder" / "checks.py", course / "autograder")
+    for name in ("pyproject.toml", "environment.yml"):
+        shutil.copy(ROOT / name, course)
+
+    published = tmp_path / "course-student"
+    edition.build(published, root=course)
+    git(published, "init", "-q")
+    git(published, "add", "-A")
+    git(published, "commit", "-qm", "first edition")
+    git(tmp_path, "clone", "-q", str(published), "student")
+    student = tmp_path / "student"
+    workspace.sync(student)
+    mine = student / "my-work" / labs[0] / f"{labs[0]}.ipynb"
+    nb = json.loads(mine.read_text())
+    nb["cells"].append({"cell_type": "markdown", "id": "mine", "metadata": {}, "source": "my notes: an hour of work"})
+    mine.write_text(json.dumps(nb, indent=1))
+    work = mine.read_bytes()
+    assert git(student, "status", "--porcelain") == "", "a student's copies must not show up as changes to the course"
+
+    # The instructor fixes lab 1, adds lab 3, and publishes again into the same repository.
+    released = course / "labs" / labs[0] / f"{labs[0]}.ipynb"
+    nb = json.loads(released.read_text())
+    nb["cells"][0]["source"] = "".join(nb["cells"][0]["source"]) + "\n\n(fixed)"
+    released.write_text(json.dumps(nb, indent=1))
+    shutil.copytree(ROOT / "labs" / labs[2], course / "labs" / labs[2])
+    edition.build(published, root=course)
+    git(published, "add", "-A")
+    git(published, "commit", "-qm", "second edition")
+
+    git(student, "pull", "-q", "--ff-only")
+    capsys.readouterr()
+    made = workspace.sync(student)
+    out = capsys.readouterr().out
+    assert mine.read_bytes() == work, "updating the course changed the student's copy"
+    assert [p.parts[1] for p in made] == [labs[2]], "the new lab is copied into my-work/"
+    assert "(fixed)" in (student / "labs" / labs[0] / f"{labs[0]}.ipynb").read_text()
+    assert f"make reset-lab LAB={labs[0]}" in out, out
