@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -61,10 +62,12 @@ def _record(course: Path) -> dict[str, str]:
 
 def _generate(course: Path, assignments: list[str] | str, capture: bool) -> subprocess.CompletedProcess:
     names = [assignments] if isinstance(assignments, str) else assignments
+    # nbgrader runs `alembic` by name when it creates a gradebook: this interpreter's bin/ comes first on PATH.
+    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
     proc = None
     for name in names:
         proc = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", name, "--force"],
-                              cwd=course, capture_output=capture, text=True)
+                              cwd=course, capture_output=capture, text=True, env=env)
         if proc.returncode != 0:
             return proc
     return proc
@@ -105,7 +108,8 @@ labs/ is generated from solutions/ and every `make labs` rewrites it.
 - Student? Do not run `make labs`: work in my-work/ (`make lab` copies each lab there, and nothing overwrites it).
   Save the edited notebooks above into my-work/ (or anywhere outside labs/) before anything else.
 - Instructor? Make the change in the source notebook in solutions/ instead (`git diff -- labs/` shows the edits),
-  then run `make labs` again; or overwrite the hand edits with `make labs FORCE=1`."""
+  then run `make labs` again; or overwrite the hand edits with `make labs FORCE=1`. (Files you generated
+  yourself with `nbgrader generate_assignment` from an older solutions/ look like this too: FORCE=1 is safe.)"""
 
 
 def main(argv: list[str] | None = None) -> int:
