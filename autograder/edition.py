@@ -21,6 +21,7 @@ import argparse
 import json
 import re
 import shutil
+import subprocess
 import sys
 import tarfile
 import tomllib
@@ -40,6 +41,15 @@ def _files(folder: Path) -> list[Path]:
     return sorted(p.relative_to(folder) for p in folder.rglob("*")
                   if p.is_file() and not any(part.startswith(".") or part == "__pycache__"
                                              for part in p.relative_to(folder).parts))
+
+
+def _git_ignored(root: Path) -> set[Path]:
+    """Files under ``root`` that git ignores (run artefacts such as wandb/ or runs/ next to a lesson), if git is there."""
+    proc = subprocess.run(["git", "ls-files", "--others", "--ignored", "--exclude-standard", "-z"], cwd=root,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        return set()
+    return {Path(name) for name in proc.stdout.split("\0") if name}
 
 
 def _code_cells(path: Path) -> list[str]:
@@ -155,9 +165,11 @@ def contents_table(root: Path = ROOT) -> str:
 def plan(root: Path = ROOT) -> dict[str, Path | str]:
     """{path in the edition: source file (Path) or generated text (str)}: everything the edition holds."""
     files: dict[str, Path | str] = {}
+    ignored = _git_ignored(root)
     for folder in ("lessons", "labs", "trainkit"):
         for rel in _files(root / folder):
-            files[f"{folder}/{rel.as_posix()}"] = root / folder / rel
+            if Path(folder) / rel not in ignored:
+                files[f"{folder}/{rel.as_posix()}"] = root / folder / rel
     files["autograder/__init__.py"] = TEMPLATES / "autograder_init.py"
     for name in check_modules(root):
         files[f"autograder/{name}.py"] = root / "autograder" / f"{name}.py"
