@@ -4,11 +4,13 @@
     python benchmarks/train_throughput.py --steps 20 --no-compile --no-ddp
     python benchmarks/train_throughput.py --json out.json  # also write the rows as JSON
 
-Rows (each: median tokens/s over timed chunks, after warm-up steps that are not timed):
+Rows (each: median tokens/s over timed chunks of 3 steps after untimed warm-up steps; the rows of a group are timed
+round-robin, chunk by chunk, so that they share the conditions of a shared machine; also tokens per CPU-second):
 - "baseline": a plain GPT-2-style model (trainkit.models.TinyGPT: LayerNorm with bias, GELU MLP 4x, fused qkv,
   tied head) and the textbook step: random windows (torch.randint), forward, backward, clip_grad_norm_(1.0),
-  AdamW step, zero_grad. On the CPU at n_layer 4, n_head 4, n_embd 128, block 128, batch 32, vocab 256 (the
-  configuration of the nanoGPT measurement quoted in the course's issue tracker: 32.6k tok/s fp32, 30.1k bf16).
+  AdamW step, zero_grad. On the CPU at n_layer 4, n_head 4, n_embd 128, block 128, batch 32, vocab 256: the
+  configuration at which nanoGPT's own model and step ran at about 32.6k tok/s fp32 (30.1k bf16) on the course's
+  2-core machine.
 - "capstone": ``Trainer.train_step`` of the reference loop at GPTConfig.tiny() (same depth, width, heads, block,
   batch and vocabulary; 2 of the 4 query-head pairs share key/value heads, SwiGLU MLP of 384), which also sets
   the LR, checks the gradient for non-finite values and gathers per-step statistics.
@@ -46,29 +48,41 @@ PEAKS = {"H200": (989e12, 494e12), "H100": (989e12, 494e12), "A100": (312e12, 15
          "A10": (125e12, 62.5e12), "L40S": (362e12, 183e12), "V100": (125e12, 15.7e12), "T4": (65e12, 8.1e12)}
 
 
-def chunks_tok_s(step, tokens_per_step: int, steps: int, warmup: int, device, chunk: int = 5) -> dict:
-    for i in range(warmup):
-        step(i)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    rates, cpu0, wall0 = [], time.process_time(), time.perf_counter()
-    i = warmup
-    while i < warmup + steps:
-        n = min(chunk, warmup + steps - i)
-        t0 = time.perf_counter()
-        for j in range(n):
-            step(i + j)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        rates.append(n * tokens_per_step / (time.perf_counter() - t0))
-        i += n
-    wall = time.perf_counter() - wall0
-    return {"tok_s": statistics.median(rates), "tok_s_mean": steps * tokens_per_step / wall,
-            "cpu_s_per_step": (time.process_time() - cpu0) / steps}
+def measure(rows: list[dict], steps: int, warmup: int, device, chunk: int = 3) -> None:
+    """Time every row's step function, round-robin in chunks of ``chunk`` steps, so that rows share the same
+    machine conditions (the course machine is shared); store the median tokens/s over chunks (wall clock) and the
+    tokens per CPU-second of this process."""
+    live = [r for r in rows if "step" in r]
+    for r in live:
+        for i in range(warmup):
+            r["step"](i)
+        r.update(_rates=[], _cpu=0.0, _done=0, _i=warmup)
+    while any(r["_done"] < steps for r in live):
+        for r in live:
+            if r["_done"] >= steps:
+                continue
+            n = min(chunk, steps - r["_done"])
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            c0, t0 = time.process_time(), time.perf_counter()
+            for j in range(n):
+                r["step"](r["_i"] + j)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            r["_rates"].append(n * r["tokens"] / (time.perf_counter() - t0))
+            r["_cpu"] += time.process_time() - c0
+            r["_done"] += n
+            r["_i"] += n
+    for r in live:
+        r["tok_s"] = statistics.median(r["_rates"])
+        r["tok_per_cpu_s"] = steps * r["tokens"] / r["_cpu"]
+        for k in ("_rates", "_cpu", "_done", "_i", "step"):
+            del r[k]
 
 
 # ------------------------------------------------------------------------------------------- the baseline
-def baseline(precision: str, compile_: bool, steps: int, warmup: int, device, size: str = "tiny") -> dict:
+def baseline(precision: str, compile_: bool, device, size: str = "tiny", steps: int = 0) -> dict:
+    """A minimal standard GPT training step (see the module doc); returns a row with its step function."""
     from trainkit.models import GPTConfig as BaseConfig, TinyGPT
 
     if size == "tiny":
@@ -84,45 +98,40 @@ def baseline(precision: str, compile_: bool, steps: int, warmup: int, device, si
     fwd = torch.compile(model) if compile_ else model
     data = TokenData.default().train.to(device)
     T = cfg.block_size
-    ctx = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if precision == "bf16" else None
 
     def step(i):
         ix = torch.randint(len(data) - T - 1, (B,), device=device)
         x = torch.stack([data[j:j + T] for j in ix])
         y = torch.stack([data[j + 1:j + 1 + T] for j in ix])
-        if ctx is None:
-            out = fwd(x)
+        if precision == "bf16":
+            with torch.autocast(device.type, dtype=torch.bfloat16):
+                logits, _ = fwd(x)
         else:
-            with ctx():
-                out = fwd(x)
-        logits = out[0] if isinstance(out, tuple) else out
+            logits, _ = fwd(x)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    n_params = sum(p.numel() for p in model.parameters())
-    return {**chunks_tok_s(step, B * T, steps, warmup, device), "params": n_params}
+    return {"step": step, "tokens": B * T, "params": sum(p.numel() for p in model.parameters())}
 
 
 # ------------------------------------------------------------------------------------------- the reference loop
-def capstone(precision: str, compile_: bool, steps: int, warmup: int, device, size: str = "tiny") -> dict:
+def capstone(precision: str, compile_: bool, device, size: str = "tiny", steps: int = 1000) -> dict:
+    """``Trainer.train_step`` of the reference loop; returns a row with its step function."""
     from trainkit.train import Trainer, TrainConfig
 
-    with tempfile.TemporaryDirectory() as tmp:
-        preset = TrainConfig.tiny if size == "tiny" else TrainConfig.seed_recipe
-        cfg = preset(steps=max(steps + warmup + 1, 10), warmup=1, precision=precision, compile=compile_,
-                     logger="none", progress=False, out_dir=tmp, device=device.type)
-        trainer = Trainer(cfg)
-        if compile_ and not trainer.compile_status["active"]:
-            return {"error": f"compile fell back: {trainer.compile_status['reason']}"}
-        tokens = cfg.batch_size * cfg.model.block_size * cfg.grad_accum * trainer.world_size
-        out = chunks_tok_s(trainer.train_step, tokens, steps, warmup, device)
-        out["params"] = trainer.counts["total"]
-        out["flops_per_token"] = flops_per_token(cfg.model, trainer.counts)
-        trainer.close()
-        return out
+    tmp = tempfile.mkdtemp(prefix="capstone-bench-")
+    preset = TrainConfig.tiny if size == "tiny" else TrainConfig.seed_recipe
+    cfg = preset(steps=max(steps, 10), warmup=1, precision=precision, compile=compile_, logger="none",
+                 progress=False, out_dir=tmp, device=device.type)
+    trainer = Trainer(cfg)
+    if compile_ and not trainer.compile_status["active"]:
+        return {"error": f"compile fell back: {trainer.compile_status['reason']}"}
+    return {"step": trainer.train_step, "params": trainer.counts["total"],
+            "tokens": cfg.batch_size * cfg.model.block_size * cfg.grad_accum * trainer.world_size,
+            "flops_per_token": flops_per_token(cfg.model, trainer.counts)}
 
 
 def flops_per_token(m: GPTConfig, counts: dict) -> float:
@@ -145,10 +154,10 @@ def ddp_worker(args) -> None:
     """Run under torch.distributed.run: each rank 1 thread; rank 0 prints one JSON line."""
     torch.set_num_threads(1)
     device = pick_device()
-    fn = capstone if args.worker == "capstone" else None
-    res = fn(args.precision, False, args.steps, args.warmup, device)
+    row = capstone(args.precision, False, device, steps=args.steps + args.warmup + 1)
+    measure([row], args.steps, args.warmup, device)
     if int(os.environ.get("RANK", "0")) == 0:
-        print("RESULT " + json.dumps(res), flush=True)
+        print("RESULT " + json.dumps(row), flush=True)
 
 
 def two_processes(kind: str, precision: str, steps: int, warmup: int) -> dict:
@@ -171,51 +180,62 @@ def main() -> None:
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--no-ddp", action="store_true")
     p.add_argument("--json", default=None)
+    p.add_argument("--threads", type=int, default=0, help="torch threads in the 1-process rows (0: torch's default)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         return ddp_worker(args)
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = pick_device()
-    rows = []
     sizes = ["tiny"] + (["recipe"] if device.type == "cuda" else [])
     compiles = [False] + ([] if args.no_compile else [True])
     where = (torch.cuda.get_device_name() if device.type == "cuda"
              else f"CPU, {torch.get_num_threads()} threads, {os.cpu_count()} cores")
     print(f"torch {torch.__version__} | {where} | load average before: {os.getloadavg()[0]:.2f}", flush=True)
+    rows = []
     for size in sizes:
-        steps = args.steps if size == "tiny" or device.type == "cuda" else max(3, args.steps // 10)
-        for name, fn in (("baseline", baseline), ("capstone", capstone)):
-            for compile_ in compiles:
+        for compile_ in compiles:   # one interleaved group per (size, compile): its rows share the conditions
+            group = []
+            for name, fn in (("baseline", baseline), ("capstone", capstone)):
                 for precision in ("fp32", "bf16"):
                     t0 = time.perf_counter()
                     try:
-                        res = fn(precision, compile_, steps, args.warmup, device, size=size)
+                        res = fn(precision, compile_, device, size=size, steps=args.steps + args.warmup + 1)
                     except Exception as e:  # noqa: BLE001 -- a row that cannot run says why
                         res = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
-                    row = dict(loop=name, size=size, precision=precision, compile=compile_, procs=1, **res,
-                               seconds=time.perf_counter() - t0)
-                    peak = peak_flops(precision)
-                    if peak and "flops_per_token" in res:
-                        row["mfu"] = res["tok_s"] * res["flops_per_token"] / peak
-                    rows.append(row)
-                    print(fmt(row), flush=True)
+                    group.append(dict(loop=name, size=size, precision=precision, compile=compile_,
+                                      procs=1, threads=torch.get_num_threads(), **res, build_s=time.perf_counter() - t0))
+            try:
+                measure(group, args.steps, args.warmup, device)
+            except Exception as e:  # noqa: BLE001 -- e.g. a compiled row failing at its first step
+                for r in group:
+                    r.pop("step", None)
+                    r.setdefault("error", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            for row in group:
+                peak = peak_flops(row["precision"])
+                if peak and "flops_per_token" in row and "tok_s" in row:
+                    row["mfu"] = row["tok_s"] * row["flops_per_token"] / peak
+                print(fmt(row), flush=True)
+            rows += group
     if device.type == "cpu" and not args.no_ddp:
-        for precision in ("fp32",):
-            t0 = time.perf_counter()
-            res = two_processes("capstone", precision, args.steps, args.warmup)
-            row = dict(loop="capstone", size="tiny", precision=precision, compile=False, procs=2, **res,
-                       seconds=time.perf_counter() - t0)
-            rows.append(row)
-            print(fmt(row), flush=True)
+        t0 = time.perf_counter()
+        res = two_processes("capstone", "fp32", args.steps, args.warmup)
+        row = dict(loop="capstone", size="tiny", precision="fp32", compile=False, procs=2, threads=1, **res,
+                   build_s=time.perf_counter() - t0)
+        rows.append(row)
+        print(fmt(row), flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
-    print("\n| loop | model | precision | compile | processes | tokens/s | MFU |\n|---|---|---|---|---|---|---|")
+    print("\n| loop | model | precision | compile | processes x threads | tokens/s | tokens per CPU-s | MFU |\n"
+          "|---|---|---|---|---|---|---|---|")
     for r in rows:
         tok = f"{r['tok_s'] / 1e3:.1f}k" if "tok_s" in r else r.get("error", "?")
+        cpu = f"{r['tok_per_cpu_s'] / 1e3:.1f}k" if "tok_per_cpu_s" in r else "-"
         mfu = f"{100 * r['mfu']:.1f}%" if "mfu" in r else "-"
-        print(f"| {r['loop']} | {r['size']} | {r['precision']} | {'yes' if r['compile'] else 'no'} | {r['procs']} | "
-              f"{tok} | {mfu} |")
+        print(f"| {r['loop']} | {r['size']} | {r['precision']} | {'yes' if r['compile'] else 'no'} | "
+              f"{r['procs']} x {r['threads']} | {tok} | {cpu} | {mfu} |")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
 
@@ -225,8 +245,7 @@ def fmt(r: dict) -> str:
         return f"{r['loop']:9s} {r['size']:6s} {r['precision']} compile={r['compile']!s:5s} procs={r['procs']}: {r['error']}"
     mfu = f"  MFU {100 * r['mfu']:.1f}%" if "mfu" in r else ""
     return (f"{r['loop']:9s} {r['size']:6s} {r['precision']} compile={r['compile']!s:5s} procs={r['procs']}: "
-            f"{r['tok_s'] / 1e3:8.1f}k tok/s (mean {r['tok_s_mean'] / 1e3:.1f}k, "
-            f"{r['cpu_s_per_step'] * 1e3:.0f} ms CPU/step){mfu}  [{r['seconds']:.0f} s]")
+            f"{r['tok_s'] / 1e3:8.1f}k tok/s, {r['tok_per_cpu_s'] / 1e3:.1f}k tok per CPU-s{mfu}")
 
 
 if __name__ == "__main__":

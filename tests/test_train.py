@@ -74,7 +74,7 @@ def torchrun(tmp_path, out: str, *extra: str) -> subprocess.CompletedProcess:
 
 
 def test_two_rank_ddp_resume_is_exact(tmp_path):
-    torchrun(tmp_path, "straight")
+    torchrun(tmp_path, "straight", "--set", "logger=tensorboard")
     torchrun(tmp_path, "stopped", "--stop-at", "2")
     torchrun(tmp_path, "stopped", "--set", "resume=true")
     a = torch.load(tmp_path / "straight" / "latest.pt", weights_only=False)
@@ -97,7 +97,16 @@ def test_two_rank_ddp_resume_is_exact(tmp_path):
     assert abs(a["history"]["loss"][0] - float(torch.stack(losses).mean())) < 1e-5
     manifest = json.loads((tmp_path / "straight" / "manifest.json").read_text())
     assert manifest["world_size"] == 2
-    assert sorted(p.name for p in (tmp_path / "straight").iterdir()) == ["best.pt", "latest.pt", "manifest.json"]
+    # only rank 0 writes: one manifest, two checkpoints, one log run holding every rank's step time
+    assert sorted(p.name for p in (tmp_path / "straight").iterdir()) == ["best.pt", "latest.pt", "manifest.json",
+                                                                         "runs"]
+    from trainkit.runlog import read_series
+
+    (run,) = (tmp_path / "straight" / "runs").iterdir()
+    series = read_series(run)
+    for key in ("step_time/rank0", "step_time/rank1", "train/loss"):
+        assert [s for s, _ in series[key]] == list(range(6)), key
+    assert [v for _, v in series["train/loss"]] == pytest.approx(a["history"]["loss"], rel=1e-12)
 
 
 # ------------------------------------------------------------------------------------------- non-finite skip
