@@ -210,8 +210,49 @@ def audit(out: Path) -> list[str]:
     return bad
 
 
-def build(out: Path | str, root: Path = ROOT, archive: bool = False) -> Path:
-    """Write the student edition into ``out`` (and ``out``.tar.gz when ``archive``); returns ``out``."""
+# A reference answer or hidden test in a source notebook: the text between nbgrader's markers.
+SECRET = re.compile(r"^[ \t]*#+ BEGIN (SOLUTION|HIDDEN TESTS)[ \t]*\n(.*?)^[ \t]*#+ END \1[ \t]*$", re.M | re.S)
+
+
+def _flat(text: str) -> str:
+    """Lines without indentation or blank lines, so that a re-indented copy still matches."""
+    return "\n" + "\n".join(line.strip() for line in text.splitlines() if line.strip()) + "\n"
+
+
+def _readable(path: Path) -> str:
+    raw = path.read_bytes().decode("utf-8", errors="replace")
+    if path.suffix == ".ipynb":
+        return "\n".join(_code_or_text(c) for c in json.loads(raw)["cells"])
+    return raw
+
+
+def _code_or_text(cell) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def answer_leaks(out: Path, root: Path = ROOT) -> list[str]:
+    """Files in ``out`` that contain a whole reference answer or hidden test of a notebook in solutions/."""
+    texts = {rel.as_posix(): _flat(_readable(out / rel)) for rel in _files(out) if rel.parts[0] != "my-work"}
+    leaks = []
+    for source in sorted(root.glob("solutions/*/*.ipynb")):
+        for cell in json.loads(source.read_text(encoding="utf-8"))["cells"]:
+            for match in SECRET.finditer(_code_or_text(cell)):
+                body = _flat(match[2])
+                if len(body) < 12:  # a one-word answer ("b") would match anywhere
+                    continue
+                kind = "reference answer" if match[1] == "SOLUTION" else "hidden test"
+                leaks += [f"{rel}: a {kind} of {source.relative_to(root)}: {body.strip().splitlines()[0][:80]}"
+                          for rel, text in texts.items() if body in text]
+    return leaks
+
+
+def build(out: Path | str, root: Path = ROOT, archive: bool = False, refuse_leaks: bool = True) -> Path:
+    """Write the student edition into ``out`` (and ``out``.tar.gz when ``archive``); returns ``out``.
+
+    It refuses to finish (and leaves ``out`` empty) if any file holds nbgrader's markers or a whole reference
+    answer or hidden test of solutions/. ``refuse_leaks=False`` is for the test suite only, which then runs
+    its own, independent leak checks on what was built.
+    """
     out = Path(out)
     files = plan(root)
     _prepare(out)
@@ -222,11 +263,11 @@ def build(out: Path | str, root: Path = ROOT, archive: bool = False) -> Path:
             shutil.copyfile(src, dst)
         else:
             dst.write_text(src)
-    leaks = audit(out)
-    if leaks:
+    leaks = audit(out) + answer_leaks(out, root)
+    if leaks and refuse_leaks:
         _prepare(out)  # publish nothing: the folder is emptied again
-        raise SystemExit("student edition NOT built: these files hold solution or hidden-test markers:\n  "
-                         + "\n  ".join(leaks))
+        raise SystemExit("student edition NOT built (nothing to publish): these files give away solution or "
+                         "hidden-test text:\n  " + "\n  ".join(leaks))
     if archive:
         tar_path = out.with_name(out.name + ".tar.gz")
         with tarfile.open(tar_path, "w:gz") as tar:

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,9 @@ BLOCK = re.compile(r"^[ \t]*#+ BEGIN (SOLUTION|HIDDEN TESTS)[ \t]*\n(.*?)^[ \t]*
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("publish") / "student-edition"
-    edition.build(out, archive=True)
+    # The builder refuses to publish a leak itself; here it builds anyway so that the tests below, which do
+    # not rely on its checks, can name any leak precisely.
+    edition.build(out, archive=True, refuse_leaks=False)
     return out
 
 
@@ -238,17 +241,17 @@ def test_a_lab_in_the_edition_validates(built):
 
 
 def test_rebuild_keeps_git_and_refuses_a_foreign_folder(tmp_path):
-    built = edition.build(tmp_path / "student-edition")
+    built = edition.build(tmp_path / "student-edition", refuse_leaks=False)   # leaks: the tests above
     (built / ".git").mkdir(exist_ok=True)
     (built / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
     (built / "stale.txt").write_text("from an older edition")
-    edition.build(built)
+    edition.build(built, refuse_leaks=False)
     assert (built / ".git" / "HEAD").is_file() and not (built / "stale.txt").exists()
     foreign = tmp_path / "someone-elses"
     foreign.mkdir()
     (foreign / "thesis.tex").write_text("precious")
     with pytest.raises(SystemExit, match="not a student edition"):
-        edition.build(foreign)
+        edition.build(foreign, refuse_leaks=False)
     assert (foreign / "thesis.tex").read_text() == "precious"
 
 
@@ -258,6 +261,33 @@ def test_contents_table_lists_every_topic():
         assert f"lessons/{lesson.name}" in table
     for lab in ROOT.glob("labs/*/*.ipynb"):
         assert f"my-work/{lab.parent.name}/{lab.name}" in table
+
+
+def small_course(course: Path, labs: list[str]) -> Path:
+    """A course folder with the given labs and their solutions, the lessons, trainkit and the check helpers."""
+    for folder in ("lessons", "trainkit"):
+        shutil.copytree(ROOT / folder, course / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for lab in labs:
+        shutil.copytree(ROOT / "labs" / lab, course / "labs" / lab)
+        shutil.copytree(ROOT / "solutions" / lab, course / "solutions" / lab)
+    (course / "autograder").mkdir()
+    shutil.copy(ROOT / "autograder" / "checks.py", course / "autograder")
+    for name in ("pyproject.toml", "environment.yml"):
+        shutil.copy(ROOT / name, course)
+    return course
+
+
+def test_the_builder_refuses_to_publish_a_leak(tmp_path):
+    lab = sorted(p.name for p in (ROOT / "labs").iterdir() if p.is_dir())[0]
+    course = small_course(tmp_path / "course", [lab])
+    out = edition.build(tmp_path / "student-edition", root=course)     # clean: builds
+    assert (out / "labs" / lab).is_dir()
+    secret, _ = secret_blocks(next((course / "solutions" / lab).glob("*.ipynb")))
+    answer = max(secret, key=len)
+    (course / "trainkit" / "helpers.py").write_text("def handy():\n" + textwrap.indent(answer, "    "))
+    with pytest.raises(SystemExit, match="(?s)NOT built.*trainkit/helpers.py"):
+        edition.build(out, root=course)
+    assert not (out / "labs").exists() and not (out / "trainkit").exists(), "a refused edition leaves nothing to publish"
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -273,15 +303,7 @@ def test_a_student_updates_with_git_pull_and_keeps_their_work(tmp_path, capsys):
     from trainkit import workspace
 
     labs = sorted(p.name for p in (ROOT / "labs").iterdir() if p.is_dir())
-    course = tmp_path / "course"                       # a small course: two labs now, a third one later
-    for folder in ("lessons", "trainkit"):
-        shutil.copytree(ROOT / folder, course / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    for lab in labs[:2]:
-        shutil.copytree(ROOT / "labs" / lab, course / "labs" / lab)
-    (course / "autograder").mkdir()
-    shutil.copy(ROOT / "autograder" / "checks.py", course / "autograder")
-    for name in ("pyproject.toml", "environment.yml"):
-        shutil.copy(ROOT / name, course)
+    course = small_course(tmp_path / "course", labs[:2])   # two labs now, a third one later
 
     published = tmp_path / "course-student"
     edition.build(published, root=course)
