@@ -28,6 +28,7 @@ MODULES = (
     "torch.nn.functional", "torch.nn.init", "torch.nn.utils", "torch.nn.utils.clip_grad", "torch.optim",
     "torch.optim.lr_scheduler", "torch.amp", "torch.amp.grad_scaler", "torch.linalg", "torch.testing",
     "lion_pytorch", "autograder.checks", "trainkit", "trainkit.models", "trainkit.data",
+    "trainkit.gpt", "trainkit.corpus", "trainkit.runlog", "trainkit.train",
 )
 # Classes whose methods a submission could patch to make comparisons pass.
 CLASSES = (
@@ -35,6 +36,8 @@ CLASSES = (
     ("torch.optim", "Optimizer"), ("torch.optim", "AdamW"), ("torch.optim", "Adam"), ("torch.optim", "SGD"),
     ("torch.optim.lr_scheduler", "LRScheduler"), ("torch.optim.lr_scheduler", "LambdaLR"),
     ("torch.amp", "GradScaler"), ("lion_pytorch", "Lion"), ("numpy", "ndarray"),
+    ("trainkit.train", "Trainer"), ("trainkit.train", "TrainConfig"), ("trainkit.runlog", "RunLogger"),
+    ("trainkit.gpt", "GPT"), ("trainkit.corpus", "TokenData"),
     ("IPython.core.interactiveshell", "InteractiveShell"), ("ipykernel.zmqshell", "ZMQInteractiveShell"),
 )
 # Builtins that ipykernel itself replaces for every request (stdin forwarding).

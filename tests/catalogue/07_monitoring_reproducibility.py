@@ -289,6 +289,19 @@ BUGS = {
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)''')},
+    "ckpt_uses_trainkit_reference": {"checkpoint": _swap(CKPT_OK, '''    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()''', '''    from trainkit.train import atomic_save      # the capstone's own atomic write: correct, but not yours
+    atomic_save(state, path)''')},
     # --- exercise 6: self-check answers
     "answer_q1_counts_evaluation": {"answers": _swap(ANSWERS_OK, "q1_tokens_per_s = 10240.0", "q1_tokens_per_s = 32 * 128 * 10 / 6.0")},
     "answer_q2_assumes_partition": {"answers": _swap(ANSWERS_OK, "q2_distinct_examples = 683.6", "q2_distinct_examples = 1000")},
