@@ -24,11 +24,12 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import warnings
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,6 +61,31 @@ def nbgrader(course: Path, *args: str, log: Path | None = None) -> bool:
     return proc.returncode == 0
 
 
+def nbgrader_api(root: Path, **overrides):
+    """nbgrader's Python API on the course folder ``root`` (its nbgrader_config.py, plus ``overrides`` given as
+    ``{"Section.trait": value}``), in this process: no new Python and nbgrader imports (2-3 s of CPU each)."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader(CONFIG, path=str(root)).load_config()
+    for dotted, value in overrides.items():
+        section, trait = dotted.rsplit(".", 1)
+        config[section][trait] = value
+    return NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
+
+
+def nbgrader_in_process(root: Path, method: str, *args, log: Path, **overrides) -> bool:
+    """``nbgrader_api(root, **overrides).<method>(*args)``, its log written to ``log``; did it succeed?"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")    # nbgrader's own SQLAlchemy autoflush warnings
+        result = getattr(nbgrader_api(root, **overrides), method)(*args)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(f"[{method} {' '.join(map(str, args))}]\n{result.get('log', '')}\n{result.get('error', '')}",
+                   encoding="utf-8")
+    return bool(result.get("success"))
+
+
 def find_submissions(course: Path, only: list[str] | None, students: list[str] | None = None) -> list[tuple[str, str]]:
     root = course / "submitted"
     subs = []
@@ -85,8 +111,8 @@ def make_template(course: Path, assignment: str, batch: Path, logs: Path) -> Pat
     (template / "solutions").mkdir(parents=True)
     shutil.copy(course / CONFIG, template / CONFIG)
     shutil.copytree(course / "solutions" / assignment, template / "solutions" / assignment)
-    if not nbgrader(template, "generate_assignment", assignment, "--force",
-                    f"--CourseDirectory.release_directory={SCRATCH_RELEASE}", log=logs / f"template_{assignment}.log"):
+    if not nbgrader_in_process(template, "generate_assignment", assignment, log=logs / f"template_{assignment}.log",
+                               **{"CourseDirectory.release_directory": SCRATCH_RELEASE}):
         return None
     shutil.rmtree(template / "solutions" / assignment)
     shutil.rmtree(template / SCRATCH_RELEASE)
@@ -136,31 +162,111 @@ def grade_one(course: Path, template: Path, batch: Path, key: str, student: str,
     log = logs / f"autograde_{student}_{assignment}.log"
     result = Result(student, assignment, scratch, log)
 
-    cmd = [sys.executable, "-m", "nbgrader", "autograde", assignment, "--student", student, "--force"]
+    home = scratch / ".grader" / "home"
+    overrides = {
+        "Execute.kernel_manager_class": sandbox.kernel_manager_class(),
+        "GradingKernelManager.isolate": isolate, "GradingKernelManager.course": str(course),
+        "GradingKernelManager.batch": str(batch / "subs"), "GradingKernelManager.scratch": str(scratch),
+        "GradingKernelManager.memory_gb": limits.memory_gb, "GradingKernelManager.cpu_seconds": limits.cpu_seconds,
+        "GradingKernelManager.file_mb": limits.file_mb,
+        "GradingKernelManager.kernel_env": {"HOME": str(home), "JUPYTER_RUNTIME_DIR": str(scratch / ".grader" / "runtime"),
+                                            "MPLCONFIGDIR": str(home), "WANDB_MODE": "offline", "WANDB_DIR": str(home)},
+    }
     if cell_timeout is not None:
-        cmd.append(f"--Execute.timeout={cell_timeout}")
-    if isolate:
-        cmd = sandbox.wrap(cmd, course, batch / "subs", scratch, limits)
-    env = {**os.environ, "HOME": str(scratch / ".grader" / "home"),
-           "JUPYTER_RUNTIME_DIR": str(scratch / ".grader" / "runtime"),
-           "MPLCONFIGDIR": str(scratch / ".grader" / "home"), "WANDB_MODE": "offline",
-           "WANDB_DIR": str(scratch / ".grader" / "home")}
+        overrides["Execute.timeout"] = cell_timeout
+    out, timed_out = "", False
+
+    def stop(signum, frame):
+        raise TimeoutError(f"grading took longer than {wall_timeout} s and was stopped")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(wall_timeout)
     try:
-        proc = subprocess.run(cmd, cwd=scratch, capture_output=True, text=True, env=env,
-                              timeout=wall_timeout, start_new_session=True)
-        out, rc = proc.stdout + proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as exc:
-        out = f"{exc.stdout or ''}{exc.stderr or ''}"
-        rc = None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")    # nbgrader's own SQLAlchemy autoflush warnings
+            answer = nbgrader_api(scratch, **overrides).autograde(assignment, student, force=True, create=True)
+        out = f"{answer.get('log', '')}\n{answer.get('error', '')}"
+        ok = bool(answer.get("success"))
+    except TimeoutError as exc:
+        out, ok, timed_out = str(exc), False, True
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        sandbox.kill_leftover_kernels()
     log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text(f"$ {' '.join(cmd)}\n{out}", encoding="utf-8")
-    if rc is None:
+    log.write_text(f"[autograde {assignment} --student {student}, {'sandboxed' if isolate else 'not sandboxed'}]\n{out}",
+                   encoding="utf-8")
+    if timed_out:
         result.error = f"grading took longer than {wall_timeout} s and was stopped"
-    elif rc != 0:
-        result.error = _nbgrader_error(out) or f"nbgrader exited with status {rc}"
+    elif not ok:
+        result.error = _nbgrader_error(out) or "nbgrader could not grade it (see the log)"
     if not result.error:
         _read_results(result)
     return result
+
+
+def graded_in_workers(tasks: list[dict], jobs: int):
+    """``grade_one(**task)`` for every task, ``jobs`` at a time, in long-lived worker processes; yields Results.
+
+    The workers are forked from this process once nbgrader is imported, and each grades one submission after
+    another in-process (nbgrader's API): a submission costs its kernel and its notebook, not a new nbgrader.
+    Student code never runs in a worker, only in the submission's own sandboxed kernel. Should a worker die all
+    the same, its submissions are retried once in fresh workers, then listed as FAILED.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    import nbgrader.apps.api  # noqa: F401 (imported before the fork, so no worker imports it again)
+    import nbgrader.converters.autograde  # noqa: F401
+
+    attempts = {t["key"]: 0 for t in tasks}
+    pending = list(tasks)
+    while pending:
+        retry = []
+        with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=multiprocessing.get_context("fork")) as pool:
+            futures = {pool.submit(grade_one, **task): task for task in pending}
+            for future in as_completed(futures):
+                task = futures[future]
+                try:
+                    yield future.result()
+                    continue
+                except BrokenProcessPool:
+                    why = "the grading worker died"
+                except Exception as exc:      # a bug in grade_one itself: report it, keep grading the others
+                    why = f"{type(exc).__name__}: {exc}"
+                attempts[task["key"]] += 1
+                if attempts[task["key"]] < 2 and why == "the grading worker died":
+                    retry.append(task)
+                else:
+                    result = Result(task["student"], task["assignment"], task["batch"] / "subs" / task["key"],
+                                    task["logs"] / f"autograde_{task['student']}_{task['assignment']}.log")
+                    result.error = why
+                    yield result
+        pending = retry
+
+
+def feedback_one(course: Path, student: str, assignment: str, log: Path) -> bool:
+    """nbgrader's generate_feedback for one graded submission (reads the course gradebook, writes its HTML)."""
+    return nbgrader_in_process(course, "generate_feedback", assignment, student, log=log)
+
+
+def in_workers(function, tasks: list[dict], jobs: int) -> list:
+    """``[function(**task) for task in tasks]``, ``jobs`` at a time in forked worker processes, in order."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    if not tasks:
+        return []
+    with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = [pool.submit(function, **task) for task in tasks]
+        out = []
+        for future in futures:
+            try:
+                out.append(future.result())
+            except Exception:
+                out.append(False)
+        return out
 
 
 def _nbgrader_error(log_text: str) -> str:
@@ -341,8 +447,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             log = logs / f"generate_{assignment}.log"
             template = None
-            if nbgrader(course, "generate_assignment", assignment, "--force",
-                        f"--CourseDirectory.release_directory={SCRATCH_RELEASE}", log=log):
+            if nbgrader_in_process(course, "generate_assignment", assignment, log=log,
+                                   **{"CourseDirectory.release_directory": SCRATCH_RELEASE}):
                 template = make_template(course, assignment, batch, logs)
             if template is None:
                 failed.update({(s, assignment): f"could not generate the assignment, see {log}" for s in students})
@@ -351,27 +457,29 @@ def main(argv: list[str] | None = None) -> int:
 
         todo = [(s, a) for s, a in subs if a in templates]
         print(f"grading {len(todo)} submission(s), {args.jobs} at a time ...", flush=True)
-        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            futures = [pool.submit(grade_one, course, templates[a], batch, f"{i:05d}", s, a, logs=logs,
-                                   cell_timeout=args.cell_timeout, wall_timeout=args.submission_timeout,
-                                   limits=limits, isolate=isolate) for i, (s, a) in enumerate(todo)]
-            for future in as_completed(futures):
-                result = future.result()
-                key = (result.student, result.assignment)
-                if result.error:
-                    failed[key] = f"{result.error}; log: {result.log}"
-                    record_failure(course, *key)
-                else:
-                    merge(course, result)
-                print(f"  {result.student}/{result.assignment}: {'FAILED' if result.error else 'graded'}", flush=True)
-                shutil.rmtree(result.scratch, ignore_errors=True)
+        tasks = [dict(course=course, template=templates[a], batch=batch, key=f"{i:05d}", student=s, assignment=a,
+                      logs=logs, cell_timeout=args.cell_timeout, wall_timeout=args.submission_timeout, limits=limits,
+                      isolate=isolate) for i, (s, a) in enumerate(todo)]
+        for result in graded_in_workers(tasks, args.jobs):
+            key = (result.student, result.assignment)
+            if result.error:
+                failed[key] = f"{result.error}; log: {result.log}"
+                record_failure(course, *key)
+            else:
+                merge(course, result)
+            print(f"  {result.student}/{result.assignment}: {'FAILED' if result.error else 'graded'}", flush=True)
+            shutil.rmtree(result.scratch, ignore_errors=True)
     finally:
         shutil.rmtree(batch, ignore_errors=True)
 
-    for assignment in templates:
-        log = logs / f"feedback_{assignment}.log"
-        if not nbgrader(course, "generate_feedback", assignment, "--force", log=log):
-            print(f"warning: feedback for {assignment} was not (fully) written, see {log}")
+    # Feedback after every grade is in (it shows manual grades too), one submission per task, ``--jobs`` at a time.
+    graded = [(s, a) for s, a in subs if a in templates and (s, a) not in failed]
+    for (student, assignment), ok in zip(graded, in_workers(feedback_one, [
+            dict(course=course, student=s, assignment=a, log=logs / f"feedback_{s}_{a}.log") for s, a in graded],
+            args.jobs)):
+        if not ok:
+            print(f"warning: feedback for {student}/{assignment} was not (fully) written, "
+                  f"see {logs / f'feedback_{student}_{assignment}.log'}")
     (course / "grades").mkdir(exist_ok=True)
     csv = course / "grades" / "grades.csv"
     if not nbgrader(course, "export", f"--to={csv}", log=logs / "export.log"):

@@ -108,3 +108,73 @@ def wrap(cmd: list[str], course: Path, batch: Path, scratch: Path, limits: Limit
                "setpriv", "--bounding-set", "-all", "--inh-caps", "-all", "--no-new-privs", "--", *cmd]
     return ["unshare", "--mount", "--net", "--pid", "--fork", "--kill-child", "--mount-proc",
             "bash", "-c", setup, "sandbox", str(course), str(batch), str(len(keep)), *keep, *limited]
+
+
+_LAUNCHED: list = []   # the kernel processes this process started (kill_leftover_kernels)
+
+
+def kill_leftover_kernels() -> None:
+    """Kill every kernel this process started that is still running (after a submission was stopped mid-way)."""
+    import signal
+
+    while _LAUNCHED:
+        process = _LAUNCHED.pop()
+        if process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)   # the kernel leads its own session (jupyter_client)
+            except OSError:
+                process.kill()
+            process.wait()
+
+
+@lru_cache(maxsize=1)
+def kernel_manager_class():
+    """``GradingKernelManager`` (made on first use: jupyter_client is only needed when grading)."""
+    from jupyter_client import AsyncKernelManager
+    from traitlets import Bool, Dict, Float, Int, Unicode, default
+
+    class GradingKernelManager(AsyncKernelManager):
+        """The kernel of one submission, started in its own sandbox (``wrap``) by a grader that lives outside it.
+
+        The kernel talks to the grader over unix sockets (ZMQ ``ipc`` transport) in the submission's scratch
+        folder, which both can see: the kernel's network namespace has no route to the grader, so TCP on
+        loopback would not reach it. Its environment (home, runtime and cache folders) points into that scratch
+        folder too. Without ``isolate`` it is an ordinary local kernel with that environment.
+        """
+
+        isolate = Bool(False, config=True)
+        course = Unicode(config=True)
+        batch = Unicode(config=True)
+        scratch = Unicode(config=True)
+        memory_gb = Float(Limits.memory_gb, config=True)
+        cpu_seconds = Int(Limits.cpu_seconds, config=True)
+        file_mb = Int(Limits.file_mb, config=True)
+        kernel_env = Dict(config=True)
+
+        @default("transport")
+        def _transport_default(self):
+            return "ipc"
+
+        @default("connection_file")
+        def _connection_file_default(self):
+            return os.path.join(self.scratch, ".grader", "runtime", "kernel.json")
+
+        @default("ip")
+        def _ip_default(self):
+            return os.path.join(self.scratch, ".grader", "runtime", "k")   # sockets k-1 ... k-5 (short paths)
+
+        def format_kernel_cmd(self, extra_arguments=None):
+            cmd = super().format_kernel_cmd(extra_arguments)
+            cmd = ["env", *(f"{k}={v}" for k, v in self.kernel_env.items()), *cmd]
+            if not self.isolate:
+                return cmd
+            limits = Limits(memory_gb=self.memory_gb, cpu_seconds=self.cpu_seconds, file_mb=self.file_mb)
+            return wrap(cmd, Path(self.course), Path(self.batch), Path(self.scratch), limits)
+
+        async def _async_launch_kernel(self, kernel_cmd, **kw):
+            await super()._async_launch_kernel(kernel_cmd, **kw)
+            process = getattr(self.provisioner, "process", None)
+            if process is not None:
+                _LAUNCHED[:] = [p for p in _LAUNCHED if p.poll() is None] + [process]
+
+    return GradingKernelManager

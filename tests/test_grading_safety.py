@@ -24,6 +24,8 @@ from course import cell_scores, load_catalogue, make_course, release_nb, run_gra
 ASSIGNMENT = "01_signal_propagation"
 CELL_TIMEOUT = 15  # seconds before a cell that hangs is interrupted (it then scores 0)
 HIDDEN_MARK, LEAK_MARK = "SOLUTIONS-HIDDEN", "SOLUTIONS-LEAKED"
+# Every test here reads the one graded batch: one xdist group, so the batch is graded once, by one worker.
+pytestmark = pytest.mark.xdist_group("grading-safety")
 
 
 def code_solution_ids(source) -> list[str]:
