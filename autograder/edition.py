@@ -162,6 +162,15 @@ def contents_table(root: Path = ROOT) -> str:
     return "\n".join(rows)
 
 
+def python_versions(spec: str) -> str:
+    """``>=3.11,<3.15`` -> ``3.11 to 3.14`` (other specifiers are shown as they are)."""
+    m = re.fullmatch(r"\s*>=\s*3\.(\d+)\s*,\s*<\s*3\.(\d+)\s*", spec)
+    if not m:
+        return spec
+    low, high = int(m[1]), int(m[2]) - 1
+    return f"3.{low}" if low == high else f"3.{low} to 3.{high}"
+
+
 def plan(root: Path = ROOT) -> dict[str, Path | str]:
     """{path in the edition: source file (Path) or generated text (str)}: everything the edition holds."""
     files: dict[str, Path | str] = {}
@@ -173,7 +182,7 @@ def plan(root: Path = ROOT) -> dict[str, Path | str]:
     files["autograder/__init__.py"] = TEMPLATES / "autograder_init.py"
     for name in check_modules(root):
         files[f"autograder/{name}.py"] = root / "autograder" / f"{name}.py"
-    python = tomllib.loads((root / "pyproject.toml").read_text())["project"]["requires-python"]
+    python = python_versions(tomllib.loads((root / "pyproject.toml").read_text())["project"]["requires-python"])
     files["README.md"] = ((TEMPLATES / "README.md").read_text()
                           .replace("{{CONTENTS}}", contents_table(root)).replace("{{PYTHON}}", python))
     files["Makefile"] = TEMPLATES / "Makefile"
