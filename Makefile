@@ -16,7 +16,7 @@ PORT ?= 8888
 # Jupyter refuses to run as root unless told to (containers and CI machines often are root).
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test test-gpu labs grade install normalize clean-grading help my-work reset-lab exercises validate student-edition site
+.PHONY: lab test test-gpu labs grade install normalize clean-grading help my-work reset-lab exercises validate student-edition site check-pythons
 
 help:
 	@echo "For students (work in my-work/, never in labs/):"
@@ -24,6 +24,7 @@ help:
 	@echo "make validate LAB=03   run your copy of lab 03 and its visible tests (nbgrader validate); without LAB: every lab"
 	@echo "make reset-lab LAB=03 [EXERCISE=name]  start lab 03 (or one exercise of it) afresh; the old copy goes to my-work/backups/"
 	@echo "make exercises LAB=03  list the exercise names of lab 03 (for EXERCISE=)"
+	@echo "make my-work  copy any new lab into my-work/ without starting JupyterLab (make lab does it too)"
 	@echo "make install   build .venv from the pins in pyproject.toml (the other targets do it when needed)"
 	@echo "For instructors and maintainers (students never need these; they act on the whole course):"
 	@echo "make test   run the whole test suite (notebooks, autograder proofs, packaging)"
@@ -33,6 +34,7 @@ help:
 	@echo "make test-gpu  CUDA-only checks (skip without a GPU) and the mixed-precision speed/memory table"
 	@echo "make normalize strip outputs and fix metadata of lessons/ and solutions/ notebooks (before committing)"
 	@echo "make site  execute every lesson (JOBS at once) and build their readable HTML edition in build/site/ (FORCE=1 re-executes all)"
+	@echo "make check-pythons  check with pip's resolver that every pin has binary wheels for each supported Python (needs the package index; minutes)"
 	@echo "make clean-grading  remove the gradebook and all grading output"
 
 $(STAMP): pyproject.toml
@@ -101,6 +103,10 @@ normalize: install
 site: install
 	$(BIN)/python -m autograder.lesson_site --out build/site --jobs $(JOBS) $(if $(FORCE),--force)
 	@echo "Open build/site/index.html (self-contained; formulas need the network for MathJax)."
+
+# Every pin installs from binary wheels on each Python that pyproject.toml's requires-python allows.
+check-pythons: install
+	TRAINKIT_CHECK_PYTHONS=1 $(BIN)/python -m pytest -p no:cacheprovider -rs tests/test_python_versions.py
 
 clean-grading:
 	rm -rf gradebook.db autograded feedback grades .nbgrader_release

@@ -83,8 +83,8 @@ def execute(path: str, timeout: int = 900) -> dict:
                        resources={"metadata": {"path": str(Path(path).parent)}}).execute()
     except Exception as exc:
         raise RuntimeError(f"{Path(path).name} failed: {type(exc).__name__}: {exc}") from None
-    # No widget state in the page: outputs fall back to their static forms (a self-check's HTML reveal,
-    # tqdm's text bar), so the page needs no widget JavaScript from a CDN.
+    # No widget state in the page: widget outputs fall back to their static forms (a self-check's HTML reveal;
+    # to_html drops those with none, such as tqdm's bars), so the page needs no widget JavaScript from a CDN.
     nb.metadata.pop("widgets", None)
     problems = _stderr_outputs(nb)
     if problems:
