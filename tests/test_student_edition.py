@@ -100,7 +100,9 @@ def test_no_solution_hidden_test_or_catalogue_text_leaks(built):
         secret, public = secret_blocks(source)
         for block in secret:
             body = "\n" + "\n".join(lines(block)) + "\n"
-            if len(body) < 12:   # a one-word answer ("b") would match anywhere
+            # Two lines or more, or one long line: a short one-line answer is dictated by its spec and may
+            # appear legitimately (a visible reference helper of the tests, trainkit's loop that a lab extends).
+            if body.count("\n") < 3 and len(body.strip()) < 80:
                 continue
             n_blocks += 1
             for rel, text in flat.items():
