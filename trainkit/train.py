@@ -417,11 +417,16 @@ class Trainer:
         self.data = load_data(cfg)
         self.unigram_loss = unigram_loss(self.data.train, self.data.val, ByteTokenizer.vocab_size)
         need = cfg.batch_size * self.world_size
-        for split in ("train", "val"):
-            windows = (len(self.data.split(split)) - cfg.model.block_size) // cfg.model.block_size
-            if need > windows:
-                raise ConfigError(f"batch_size {cfg.batch_size} x {self.world_size} rank(s) needs {need} windows of "
-                                  f"{cfg.model.block_size} tokens; the {split} split has only {windows}")
+        windows = {split: (len(self.data.split(split)) - cfg.model.block_size) // cfg.model.block_size
+                   for split in ("train", "val")}
+        if need > windows["train"]:
+            raise ConfigError(f"batch_size {cfg.batch_size} x {self.world_size} rank(s) needs {need} windows of "
+                              f"{cfg.model.block_size} tokens; the train split has only {windows['train']}")
+        # evaluation batches per rank: batch_size, or fewer where the validation split is small (the recipe's 1024)
+        self.eval_batch_size = min(cfg.batch_size, windows["val"] // self.world_size)
+        if self.eval_batch_size < 1:
+            raise ConfigError(f"the val split has {windows['val']} windows of {cfg.model.block_size} tokens, fewer "
+                              f"than the {self.world_size} rank(s)")
         torch.manual_seed(cfg.seed)                      # the same initial weights on every rank
         self.raw_model = GPT(cfg.model).to(device)
         self.counts = param_counts(self.raw_model)
@@ -598,12 +603,14 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> float:
         """Mean validation loss over ``eval_batches`` fixed batches (eval mode, no gradients, training's
-        autocast); averaged over ranks, each rank taking its own slice of each batch."""
+        autocast); averaged over ranks, each rank taking its own slice of each batch. A batch holds
+        ``self.eval_batch_size`` sequences per rank: ``batch_size``, or fewer where the validation split has
+        fewer windows than batch_size x ranks."""
         cfg = self.cfg
         self.model.eval()
         total = torch.zeros((), device=self.device)
         for i in range(cfg.eval_batches):
-            x, y = self.data.get_batch("val", cfg.batch_size, cfg.model.block_size, step=i, seed=cfg.seed,
+            x, y = self.data.get_batch("val", self.eval_batch_size, cfg.model.block_size, step=i, seed=cfg.seed,
                                        rank=self.rank, world_size=self.world_size, device=self.device)
             with self.autocast():
                 _, loss = self.model(x, y)
