@@ -288,11 +288,11 @@ def test_config_file_and_flags(tmp_path):
     (["--set", "lr=-0.001"], "lr must be a number > 0, got -0.001"),
     (["--set", "lr=0"], "lr must be a number > 0, got 0.0"),
     (["--set", "steps=0"], "steps must be an int >= 1, got 0"),
-    (["--set", "warmup=400"], "warmup (400) must be smaller than steps (400)"),
+    (["--set", "warmup=300"], "warmup (300) must be smaller than steps (300)"),
     (["--set", "precision=fp16"], "precision must be one of fp32, bf16, auto; got 'fp16'"),
     (["--set", "model.n_heads_kv=3"], "n_heads_q (4) must be a multiple of n_heads_kv (3)"),
     (["--set", "lr"], "--set expects key=value, got 'lr'"),
-    (["--stop-at", "401"], "--stop-at must be between 0 and steps (400), got 401"),
+    (["--stop-at", "301"], "--stop-at must be between 0 and steps (300), got 301"),
 ])
 def test_cli_bad_input_is_one_clear_line(args, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
