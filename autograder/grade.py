@@ -4,8 +4,10 @@
 
 Submissions are graded in parallel (``--jobs``, default: the number of cores), each on its own:
 - in a scratch copy that holds only that submission and a gradebook with no other student in it;
-- by its own ``nbgrader autograde`` process, in a sandbox where it can (no network, the instructor's
-  files out of reach, memory/CPU/file-size limits: see ``autograder/sandbox.py``);
+- by one of ``--jobs`` long-lived worker processes that run nbgrader's autograde in-process (its Python API),
+  one submission after another, so a submission does not pay for starting Python and nbgrader again;
+- with the student's code only in that submission's own kernel, started in a sandbox where it can (no
+  network, the instructor's files out of reach, memory/CPU/file-size limits: see ``autograder/sandbox.py``);
 - with a wall-clock limit, so a submission that hangs cannot hold up the batch.
 The results are then written into the course gradebook one submission at a time (so it is never written
 concurrently), the autograded notebooks copied to ``autograded/``, feedback HTML written to ``feedback/``,

@@ -127,6 +127,199 @@ def quick_grade(source_nb, answers: dict[str, str] | None = None, timeout: int =
     return scores
 
 
+def graded_code_cells(nb) -> list[nbformat.NotebookNode]:
+    """The cells the quick graders run: code cells with nbgrader metadata (setup, solutions, tests), in order."""
+    return [c for c in nb.cells if c.cell_type == "code" and "nbgrader" in c.get("metadata", {})]
+
+
+class PrefixGrader:
+    """Grade many variants of one notebook, each as ``quick_grade`` would, without re-running their common start.
+
+    A variant differs from the notebook only in some solution cells, so everything before its first changed cell
+    is the notebook's own cells in the notebook's own order. A worker process runs those cells once, in an
+    IPython shell (as a kernel does), and for each variant forks: the child starts from exactly the state a fresh
+    run of the variant would have reached there (same cells, same RNG draws, same imports), runs the rest of the
+    variant, and reports its test cells' scores; the test cells before the fork scored in the worker itself, on
+    the same cells and state. Scores use nbgrader's rule (``determine_grade``): an error scores 0, a numeric
+    result partial credit, anything else full marks; stderr text does not count (as with ``make grade``).
+
+    Variants are fastest in the order of their first changed cell (the worker only moves forward; a variant
+    that changes an earlier cell restarts it). The worker hides CUDA (forked children cannot use a CUDA context
+    made before the fork): the grading is the CPU run that CI does. Not for hostile code: no sandbox, no guard.
+    """
+
+    def __init__(self, nb, timeout: int = 300):
+        self.nb = nb
+        self.cells = [{"source": c.source, "nbgrader": dict(c.metadata["nbgrader"])} for c in graded_code_cells(nb)]
+        self.timeout = timeout
+        self._proc = self._conn = None
+
+    def _start(self) -> None:
+        import os
+        import socket
+        import subprocess
+        from multiprocessing.connection import Connection
+
+        ours, theirs = socket.socketpair()
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+        env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")   # what ipykernel sets
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from autograder.notebooks import _prefix_worker; "
+             "_prefix_worker(int(sys.argv[1]))", str(theirs.fileno())],
+            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, env=env)
+        theirs.close()
+        self._conn = Connection(ours.detach())
+        self._conn.send((self.cells, self.timeout))
+
+    def grade(self, answers: dict[str, str] | None = None) -> dict[str, tuple[float, float]]:
+        """{test grade_id: (score, max_points)} of the notebook with ``answers`` in its solution cells."""
+        sources = [c.source for c in graded_code_cells(fill(self.nb, answers or {}))]
+        for _ in range(2):
+            if self._proc is None:
+                self._start()
+            self._conn.send(sources)
+            status, payload = self._conn.recv()
+            if status == "behind":        # an earlier cell changed than the worker has run past: start over
+                self.close()
+                continue
+            if status != "ok":
+                raise RuntimeError(f"the prefix grader could not grade this variant: {payload}")
+            return payload
+        raise RuntimeError("the prefix grader's worker could not start over")
+
+    def close(self) -> None:
+        if self._proc is not None:
+            try:
+                self._conn.send(None)
+                self._conn.close()
+                self._proc.wait(timeout=30)
+            except Exception:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = self._conn = None
+
+
+class _CellTimeout(Exception):
+    pass
+
+
+def _prefix_worker(fd: int) -> None:
+    """The worker behind ``PrefixGrader`` (its own process): runs cells, forks a child per variant."""
+    import os
+    import pickle
+    import select
+    import signal
+    from multiprocessing.connection import Connection
+
+    from IPython.core.interactiveshell import InteractiveShell
+    from nbgrader.utils import determine_grade
+    from traitlets.config import Config
+
+    conn = Connection(fd)
+    cells, timeout = conn.recv()
+    config = Config()
+    config.HistoryManager.enabled = False          # no history thread or sqlite file to share across forks
+    shell = InteractiveShell.instance(config=config)
+    timed_out: list[int] = []
+
+    def on_alarm(signum, frame):
+        timed_out.append(1)
+        raise _CellTimeout(f"the cell ran longer than {timeout} s")
+
+    signal.signal(signal.SIGALRM, on_alarm)
+
+    def run(index: int, source: str) -> dict[str, tuple[float, float, str]]:
+        """Run one cell; for a graded test cell, {grade_id: (score, max, error)} by nbgrader's rule."""
+        signal.alarm(timeout)
+        try:
+            result = shell.run_cell(source, store_history=True, silent=False)
+        finally:
+            signal.alarm(0)
+        if timed_out:
+            raise _CellTimeout(f"cell {cells[index]['nbgrader'].get('grade_id')} ran longer than {timeout} s")
+        meta = cells[index]["nbgrader"]
+        if not (meta.get("grade") and not meta.get("solution")):
+            return {}
+        error = result.error_before_exec or result.error_in_exec
+        if error is not None:
+            outputs = [nbformat.v4.new_output("error", ename=type(error).__name__, evalue=str(error), traceback=[])]
+        elif result.result is not None:     # set only when the shell displayed the value (an execute_result)
+            data, _ = shell.display_formatter.format(result.result)
+            outputs = [nbformat.v4.new_output("execute_result", data=data, execution_count=1)]
+        else:
+            outputs = []
+        cell = nbformat.v4.new_code_cell(source, metadata={"nbgrader": meta}, outputs=outputs)
+        score, max_points = determine_grade(cell)
+        return {meta["grade_id"]: (float(score), float(max_points), f"{type(error).__name__}: {error}" if error else "")}
+
+    position, done = 0, {}      # cells run in this process so far; their test cells' scores
+    while True:
+        sources = conn.recv()
+        if sources is None:
+            break
+        try:
+            first = next((i for i, (c, s) in enumerate(zip(cells, sources)) if c["source"] != s), len(cells))
+            if len(sources) != len(cells):
+                raise ValueError("the variant does not have the notebook's cells")
+            if first < position:
+                conn.send(("behind", position))
+                continue
+            while position < first:
+                done.update(run(position, cells[position]["source"]))
+                position += 1
+            scores = dict(done)
+            if first < len(cells):
+                scores.update(_in_child(lambda: {k: v for i in range(first, len(cells)) for k, v in
+                                                 run(i, sources[i]).items()},
+                                        timeout * (len(cells) - first) + 60, os, pickle, select))
+            conn.send(("ok", {k: v[:2] for k, v in scores.items()}))
+        except Exception as exc:   # reported to the test, which fails with it
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def _in_child(work, wall_timeout: float, os, pickle, select):
+    """``work()`` in a forked child; its pickled result, or an exception if it died or hung."""
+    import sys as _sys
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            payload = pickle.dumps(("ok", work()))
+        except BaseException as exc:
+            payload = pickle.dumps(("error", f"{type(exc).__name__}: {exc}"))
+        try:
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(write_end, view):]
+        finally:
+            _sys.stdout.flush()
+            os._exit(0)
+    os.close(write_end)
+    chunks, deadline_left = [], wall_timeout
+    try:
+        while True:
+            ready, _, _ = select.select([read_end], [], [], deadline_left)
+            if not ready:
+                os.kill(pid, 9)
+                raise TimeoutError(f"the variant did not finish within {wall_timeout:.0f} s")
+            chunk = os.read(read_end, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+        os.waitpid(pid, 0)
+    if not chunks:
+        raise RuntimeError("the forked run died before it reported (os._exit, a crash, or out of memory)")
+    status, value = pickle.loads(b"".join(chunks))
+    if status != "ok":
+        raise RuntimeError(value)
+    return value
+
+
 def by_exercise(scores: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
     """Sum test-cell scores per exercise."""
     out: dict[str, tuple[float, float]] = {}

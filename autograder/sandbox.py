@@ -1,13 +1,15 @@
-"""Run one submission's grading in a sandbox: no network, the instructor's files out of reach, limits.
+"""Run one submission's kernel in a sandbox: no network, the instructor's files out of reach, limits.
 
+The grading workers (``autograder/grade.py``) run nbgrader outside; what they start in here is the kernel that
+runs the student's code (``kernel_manager_class``), and it talks to them over unix sockets in its scratch folder.
 Linux namespaces (util-linux ``unshare``) as root, which is how the course's grading machines run:
-- a network namespace with only its own loopback (the kernel talks to nbgrader over it; nothing else is
-  reachable);
+- a network namespace with only its own loopback: nothing is reachable over the network, not even the
+  grading machine's loopback (the kernel's ZMQ sockets are unix sockets, ``ipc`` transport, not TCP);
 - a PID namespace (the student's code cannot see or signal the grader or other submissions);
 - a mount namespace in which the course folder is read-only and the reference solutions, the other
   submissions, the gradebook, the tests (bug catalogue, alternatives), feedback, grades and git history are
   replaced by empty folders; /tmp and the other submissions' scratch folders are hidden too;
-- every capability dropped before nbgrader starts, so the student's code cannot undo any of this;
+- every capability dropped before the kernel starts, so the student's code cannot undo any of this;
 - resource limits (``prlimit``): address space, CPU seconds and file size per process.
 
 Where namespaces are not available (not root, a container without them) grading still works, without

@@ -1,24 +1,53 @@
 """The catalogue of plausible buggy implementations: each loses its own exercise's points, nothing else.
 
 tests/catalogue/<assignment>.py defines BUGS = {bug name: {solution cell grade_id: buggy source}}.
-The exercise a bug belongs to is the (single) cell it replaces. Each variant is graded with
-``autograder.notebooks.quick_grade`` (setup, solution and test cells only, nbgrader's scoring rule);
-test_quick_grader_agrees_with_reference checks that this quick grader gives the reference full marks.
+The exercise a bug belongs to is the (single) cell it replaces. Each variant is graded like
+``autograder.notebooks.quick_grade`` (setup, solution and test cells only, hidden tests included, nbgrader's
+scoring rule), by ``autograder.notebooks.PrefixGrader``: the cells before the bug's own cell are the
+reference's, so they run once per assignment and each bug runs from there on in a forked copy of that state.
+test_quick_grader_agrees_with_reference checks, in a fresh Jupyter kernel, that the reference scores full marks;
+test_prefix_grader_agrees_with_a_kernel checks that the forked runs score a bug exactly as a kernel does.
 """
 from __future__ import annotations
 
 import pytest
 
-from jupyter_client.manager import KernelManager
-
 from autograder import notebooks as nbu
 from course import ASSIGNMENTS, CATALOGUE, assert_bug_isolated, load_catalogue, lost_points, release_nb, source_nb
 
-CASES = [(a, bug) for a in ASSIGNMENTS if (CATALOGUE / f"{a}.py").exists() for bug in load_catalogue(a).BUGS]
+CATALOGUES = {a: load_catalogue(a) for a in ASSIGNMENTS if (CATALOGUE / f"{a}.py").exists()}
+
+
+def _cell_order(assignment: str) -> dict[str, int]:
+    return {gid: i for i, gid in enumerate(nbu.solution_cells(source_nb(assignment)))}
+
+
+def _cases():
+    """(assignment, bug) in notebook order of the bug's cell, one xdist group per assignment: one worker runs
+    the notebook's cells once, front to back, forking at each exercise for its bugs (no restarts)."""
+    out = []
+    for assignment, module in CATALOGUES.items():
+        order = _cell_order(assignment)
+        for bug, cells in sorted(module.BUGS.items(), key=lambda kv: min(order.get(c, -1) for c in kv[1])):
+            out.append(pytest.param(assignment, bug, id=f"{assignment}-{bug}",
+                                    marks=pytest.mark.xdist_group(f"catalogue::{assignment}")))
+    return out
+
+
+def _visible_only_cases():
+    out = []
+    for assignment, module in CATALOGUES.items():
+        order = _cell_order(assignment)
+        for cell in sorted(getattr(module, "VISIBLE_ONLY", {}), key=lambda c: order.get(c, -1)):
+            out.append(pytest.param(assignment, cell, id=f"{assignment}-{cell}",
+                                    marks=pytest.mark.xdist_group(f"catalogue-visible::{assignment}")))
+    return out
+
+
+CASES = _cases()
 # CONTRIBUTING.md, "Tests that are fair to students": a catalogue's VISIBLE_ONLY = {solution cell: source} holds the
 # answers a student stopped at once the visible tests of an earlier edition were silent.
-VISIBLE_ONLY_CASES = [(a, cell) for a in ASSIGNMENTS if (CATALOGUE / f"{a}.py").exists()
-                      for cell in getattr(load_catalogue(a), "VISIBLE_ONLY", {})]
+VISIBLE_ONLY_CASES = _visible_only_cases()
 
 
 def test_every_assignment_has_a_catalogue_of_three_bugs_per_exercise():
@@ -31,14 +60,30 @@ def test_every_assignment_has_a_catalogue_of_three_bugs_per_exercise():
             assert n >= 3, f"{assignment}: exercise {exercise!r} has {n} catalogued bugs, want at least 3"
 
 
+class _Graders:
+    """One PrefixGrader alive per pytest worker (each holds a Python process with the notebook's state)."""
+
+    def __init__(self):
+        self.key, self.grader = None, None
+
+    def get(self, kind: str, assignment: str) -> nbu.PrefixGrader:
+        if self.key != (kind, assignment):
+            self.close()
+            nb = source_nb(assignment) if kind == "source" else release_nb(assignment)
+            self.key, self.grader = (kind, assignment), nbu.PrefixGrader(nb)
+        return self.grader
+
+    def close(self):
+        if self.grader is not None:
+            self.grader.close()
+        self.key, self.grader = None, None
+
+
 @pytest.fixture(scope="session")
-def kernel():
-    """One kernel per pytest worker; each variant runs in a namespace cleared with %reset -f and
-    starts with the lab's own setup cell (imports, seeds, warning filters). Saves ~2 s per variant."""
-    km = KernelManager(kernel_name="python3")
-    km.start_kernel()
-    yield km
-    km.shutdown_kernel(now=True)
+def graders():
+    g = _Graders()
+    yield g
+    g.close()
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
@@ -47,19 +92,34 @@ def test_quick_grader_agrees_with_reference(assignment):
     assert scores and not lost_points(scores), f"the reference solution should score full marks, lost {lost_points(scores)}"
 
 
+@pytest.mark.parametrize("assignment", list(CATALOGUES))
+def test_prefix_grader_agrees_with_a_kernel(assignment):
+    """The first exercise's first bug, forked right after the setup cell, scores every test cell exactly as a
+    fresh Jupyter kernel running the whole variant does."""
+    bugs = CATALOGUES[assignment].BUGS.values()
+    first = next(c for c in _cell_order(assignment) if any(set(cells) == {c} for cells in bugs))
+    bug = next(cells for cells in bugs if set(cells) == {first})
+    grader = nbu.PrefixGrader(source_nb(assignment))
+    try:
+        forked = grader.grade(bug)
+    finally:
+        grader.close()
+    assert forked == nbu.quick_grade(source_nb(assignment), bug)
+
+
 @pytest.mark.parametrize("assignment,bug", CASES)
-def test_bug_loses_exactly_its_exercise_points(assignment, bug, kernel):
-    cells = load_catalogue(assignment).BUGS[bug]
+def test_bug_loses_exactly_its_exercise_points(assignment, bug, graders):
+    cells = CATALOGUES[assignment].BUGS[bug]
     (exercise,) = set(cells)
-    per_exercise = nbu.by_exercise(nbu.quick_grade(source_nb(assignment), cells, km=kernel))
+    per_exercise = nbu.by_exercise(graders.get("source", assignment).grade(cells))
     assert_bug_isolated(per_exercise, exercise, f"bug {bug!r}")
 
 
 @pytest.mark.parametrize("assignment,cell", VISIBLE_ONLY_CASES)
-def test_visible_tests_catch_the_visible_tests_only_answer(assignment, cell, kernel):
+def test_visible_tests_catch_the_visible_tests_only_answer(assignment, cell, graders):
     """In the student's lab (visible tests only), a VISIBLE_ONLY answer fails a test of its own exercise."""
-    answer = {cell: load_catalogue(assignment).VISIBLE_ONLY[cell]}
-    per_exercise = nbu.by_exercise(nbu.quick_grade(release_nb(assignment), answer, km=kernel))
+    answer = {cell: CATALOGUES[assignment].VISIBLE_ONLY[cell]}
+    per_exercise = nbu.by_exercise(graders.get("release", assignment).grade(answer))
     got, out_of = per_exercise[cell]
     assert got < out_of, (f"{assignment}: every visible test of {cell!r} passes for its visible-tests-only answer; "
                           "a visible test must show the behaviour it misses")
