@@ -90,3 +90,37 @@ def substitute(namespace: dict, **replacements):
                 namespace.pop(name, None)
             else:
                 namespace[name] = value
+
+
+# In a notebook, a failing check shows the test cell's line and the check's sentence, not the frames of this
+# module: the failure is the student's code, not the grader's. IPython hides frames marked __tracebackhide__
+# except the one that raised, which is always one of the functions above, so AssertionErrors get a handler that
+# drops this module's frames (and contextlib's, for ``substitute``) before IPython formats the traceback.
+_HIDDEN_FILES = frozenset({__file__, contextmanager.__code__.co_filename})
+
+
+def _show_without_check_frames(shell, etype, value, tb, tb_offset=None):
+    frames, current = [], tb
+    while current is not None:
+        if current.tb_frame.f_code.co_filename not in _HIDDEN_FILES:
+            frames.append(current)
+        current = current.tb_next
+    if frames:
+        for earlier, later in zip(frames, frames[1:]):
+            earlier.tb_next = later
+        frames[-1].tb_next = None
+        tb = frames[0]
+    shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+
+
+def _install_ipython_handler() -> None:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None and not shell.custom_exceptions:  # never replace a handler someone else installed
+        shell.set_custom_exc((AssertionError,), _show_without_check_frames)
+
+
+_install_ipython_handler()
