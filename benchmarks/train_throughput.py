@@ -11,6 +11,7 @@ round-robin, chunk by chunk, so that they share the conditions of a shared machi
   AdamW step, zero_grad. On the CPU at n_layer 4, n_head 4, n_embd 128, block 128, batch 32, vocab 256: the
   configuration at which nanoGPT's own model and step ran at about 32.6k tok/s fp32 (30.1k bf16) on the course's
   2-core machine.
+- "bare step": the same textbook step on the capstone's model (GPTConfig.tiny()): the model's own cost.
 - "capstone": ``Trainer.train_step`` of the reference loop at GPTConfig.tiny() (same depth, width, heads, block,
   batch and vocabulary; 2 of the 4 query-head pairs share key/value heads, SwiGLU MLP of 384), which also sets
   the LR, checks the gradient for non-finite values and gathers per-step statistics.
@@ -81,18 +82,25 @@ def measure(rows: list[dict], steps: int, warmup: int, device, chunk: int = 3) -
 
 
 # ------------------------------------------------------------------------------------------- the baseline
-def baseline(precision: str, compile_: bool, device, size: str = "tiny", steps: int = 0) -> dict:
+def baseline(precision: str, compile_: bool, device, size: str = "tiny", steps: int = 0,
+             model_kind: str = "gpt2") -> dict:
     """A minimal standard GPT training step (see the module doc); returns a row with its step function."""
     from trainkit.models import GPTConfig as BaseConfig, TinyGPT
 
-    if size == "tiny":
+    torch.manual_seed(0)
+    if model_kind == "capstone":   # the capstone's model in the textbook step: isolates the loop's own cost
+        from trainkit.gpt import GPT
+
+        cfg = GPTConfig.tiny() if size == "tiny" else GPTConfig.seed_recipe()
+        model, B = GPT(cfg).to(device), 32
+    elif size == "tiny":
         cfg, B = BaseConfig(vocab_size=256, block_size=128, n_layer=4, n_head=4, n_embd=128, bias=True,
                             tie_weights=True), 32
+        model = TinyGPT(cfg).to(device)
     else:
         cfg, B = BaseConfig(vocab_size=50257, block_size=1024, n_layer=8, n_head=8, n_embd=512, bias=True,
                             tie_weights=True), 32
-    torch.manual_seed(0)
-    model = TinyGPT(cfg).to(device)
+        model = TinyGPT(cfg).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
                             **({"fused": True} if device.type == "cuda" else {}))
     fwd = torch.compile(model) if compile_ else model
@@ -115,6 +123,10 @@ def baseline(precision: str, compile_: bool, device, size: str = "tiny", steps: 
         opt.zero_grad(set_to_none=True)
 
     return {"step": step, "tokens": B * T, "params": sum(p.numel() for p in model.parameters())}
+
+
+def bare(precision: str, compile_: bool, device, size: str = "tiny", steps: int = 0) -> dict:
+    return baseline(precision, compile_, device, size=size, steps=steps, model_kind="capstone")
 
 
 # ------------------------------------------------------------------------------------------- the reference loop
@@ -179,6 +191,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first (compiled rows: compilation)")
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--no-ddp", action="store_true")
+    p.add_argument("--compile-only", action="store_true", help="only the torch.compile rows")
     p.add_argument("--json", default=None)
     p.add_argument("--threads", type=int, default=0, help="torch threads in the 1-process rows (0: torch's default)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -191,7 +204,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     device = pick_device()
     sizes = ["tiny"] + (["recipe"] if device.type == "cuda" else [])
-    compiles = [False] + ([] if args.no_compile else [True])
+    compiles = [True] if args.compile_only else [False] + ([] if args.no_compile else [True])
     where = (torch.cuda.get_device_name() if device.type == "cuda"
              else f"CPU, {torch.get_num_threads()} threads, {os.cpu_count()} cores")
     print(f"torch {torch.__version__} | {where} | load average before: {os.getloadavg()[0]:.2f}", flush=True)
@@ -199,7 +212,7 @@ def main() -> None:
     for size in sizes:
         for compile_ in compiles:   # one interleaved group per (size, compile): its rows share the conditions
             group = []
-            for name, fn in (("baseline", baseline), ("capstone", capstone)):
+            for name, fn in (("baseline", baseline), ("bare step", bare), ("capstone", capstone)):
                 for precision in ("fp32", "bf16"):
                     t0 = time.perf_counter()
                     try:

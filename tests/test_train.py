@@ -7,7 +7,6 @@ import copy
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -55,19 +54,14 @@ def test_exact_resume_single_process(tmp_path, stop):
         assert torch.equal(tensor, b["model"][name]), f"parameter {name} differs after resume"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def torchrun(tmp_path, out: str, *extra: str) -> subprocess.CompletedProcess:
     cfg = micro(tmp_path, steps=6, eval_every=3).to_dict()
     cfg.update(out_dir=str(tmp_path / out), device="auto")
     config = tmp_path / f"{out}.json"
     config.write_text(json.dumps(cfg))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), "-m", "trainkit.train", "--config", str(config), *extra]
+    # --standalone: the launcher binds a free port itself (no race with other programs for a port chosen here)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "trainkit.train", "--config", str(config), *extra]
     done = subprocess.run(cmd, capture_output=True, text=True, env=run_env(), cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
