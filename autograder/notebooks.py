@@ -297,11 +297,13 @@ def _in_child(work, wall_timeout: float, os, pickle, select):
         finally:
             _sys.stdout.flush()
             os._exit(0)
+    import time
+
     os.close(write_end)
-    chunks, deadline_left = [], wall_timeout
+    chunks, deadline = [], time.monotonic() + wall_timeout
     try:
         while True:
-            ready, _, _ = select.select([read_end], [], [], deadline_left)
+            ready, _, _ = select.select([read_end], [], [], max(0.0, deadline - time.monotonic()))
             if not ready:
                 os.kill(pid, 9)
                 raise TimeoutError(f"the variant did not finish within {wall_timeout:.0f} s")
