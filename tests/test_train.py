@@ -98,9 +98,13 @@ def test_two_rank_ddp_resume_is_exact(tmp_path):
 
     (run,) = (tmp_path / "straight" / "runs").iterdir()
     series = read_series(run)
-    for key in ("step_time/rank0", "step_time/rank1", "train/loss"):
+    for key in ("step_time/rank0", "step_time/rank1", "ready_time/rank0", "ready_time/rank1", "train/loss"):
         assert [s for s, _ in series[key]] == list(range(6)), key
     assert [v for _, v in series["train/loss"]] == pytest.approx(a["history"]["loss"], rel=1e-12)
+    # a rank is ready for the gradient sync before its step ends: ready time is part of the step time
+    for r in (0, 1):
+        assert all(0 < ready <= total for (_, ready), (_, total) in zip(series[f"ready_time/rank{r}"],
+                                                                       series[f"step_time/rank{r}"]))
 
 
 # ------------------------------------------------------------------------------------------- non-finite skip

@@ -26,7 +26,9 @@ What one optimiser step does (``Trainer.train_step``), in order:
    ``optimizer.step()`` is NOT called, so the parameters and the optimiser's state (moments, its step count) are
    untouched; the loop's step counter and therefore the schedule still advance (the skipped step is spent).
 6. ``self.log_step(step, stats)`` with stats = {"loss", "lr", "grad_norm", "tokens", "step_time", "skipped",
-   "step_time_per_rank"}.
+   "step_time_per_rank", "ready_time_per_rank"}. Every rank's whole step time is nearly the same (each waits for the
+   slowest at the all-reduce), so a straggler shows in ``ready_time``: the seconds from the step's start until the
+   rank has its data and its last forward done, i.e. until it is ready for the backward pass that syncs gradients.
 Every ``eval_every`` steps (and after the last one) ``evaluate()`` runs in eval mode, without gradients, under the
 same autocast as training, on the same ``eval_batches`` validation batches each time; then the latest checkpoint
 (and the best one, when the validation loss improved) is written atomically (temporary file, fsync, os.replace).
@@ -548,8 +550,9 @@ class Trainer:
                    "step_time": stats["step_time"], "tokens_per_s": stats["tokens"] / max(stats["step_time"], 1e-12),
                    "skipped": float(stats["skipped"])}
         if self.world_size > 1:
-            for r, t in enumerate(stats["step_time_per_rank"]):
+            for r, (t, ready) in enumerate(zip(stats["step_time_per_rank"], stats["ready_time_per_rank"])):
                 metrics[f"step_time/rank{r}"] = t
+                metrics[f"ready_time/rank{r}"] = ready
         self.logger.log(metrics, step=step)
 
     # -- the loop ----------------------------------------------------------------------------------------------
@@ -570,6 +573,10 @@ class Trainer:
             with sync:
                 with self.autocast():
                     _, loss = model(x, y)
+                if last:  # this rank's own work so far; the backward below waits for the other ranks
+                    if self.ddp and self.device.type == "cuda":
+                        torch.cuda.synchronize(self.device)
+                    ready_time = time.perf_counter() - t0
                 (loss / cfg.grad_accum).backward()
             loss_sum += loss.detach().float()
         self.before_clip(step)
@@ -586,15 +593,18 @@ class Trainer:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         step_time = time.perf_counter() - t0
-        per_rank = [step_time]
-        if self.ddp:  # the mean loss over ranks, and every rank's step time (a straggler shows)
-            gathered = [torch.zeros(2, device=self.device) for _ in range(self.world_size)]
-            dist.all_gather(gathered, torch.stack([loss_value, torch.tensor(step_time, device=self.device)]))
+        per_rank, ready_per_rank = [step_time], [ready_time]
+        if self.ddp:  # the mean loss over ranks, every rank's step time and ready time (a straggler shows in the latter)
+            gathered = [torch.zeros(3, device=self.device) for _ in range(self.world_size)]
+            mine = torch.tensor([step_time, ready_time], device=self.device)
+            dist.all_gather(gathered, torch.cat([loss_value.reshape(1), mine]))
             loss_value = torch.stack([g[0] for g in gathered]).mean()
             per_rank = [float(g[1]) for g in gathered]
+            ready_per_rank = [float(g[2]) for g in gathered]
         return {"loss": float(loss_value), "lr": lr, "grad_norm": float(grad_norm),
                 "tokens": cfg.batch_size * cfg.model.block_size * cfg.grad_accum * self.world_size,
-                "step_time": step_time, "skipped": skipped, "step_time_per_rank": per_rank}
+                "step_time": step_time, "skipped": skipped, "step_time_per_rank": per_rank,
+                "ready_time_per_rank": ready_per_rank}
 
     def _no_sync(self):
         inner = getattr(self.model, "_orig_mod", self.model)
