@@ -73,7 +73,7 @@ validate: my-work
 lab: my-work
 	@echo "Starting JupyterLab: open the http://127.0.0.1:$(PORT)/lab?token=... URL printed below; your labs are in my-work/."
 	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --ServerApp.port_retries=0 \
-	  --ServerApp.root_dir=$(CURDIR) $(ALLOW_ROOT)
+	  --ServerApp.root_dir=$(CURDIR) --LabApp.news_url=None $(ALLOW_ROOT)
 
 test: install
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup --nbval-lax --nbval-current-env \
