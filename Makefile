@@ -16,7 +16,7 @@ PORT ?= 8888
 # Jupyter refuses to run as root unless told to (containers and CI machines often are root).
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test test-gpu labs grade install normalize clean-grading help my-work reset-lab exercises validate student-edition site check-pythons
+.PHONY: lab test test-notebooks test-portability test-gpu labs grade install normalize clean-grading help my-work reset-lab exercises validate student-edition site check-pythons
 
 help:
 	@echo "For students (work in my-work/, never in labs/):"
@@ -28,6 +28,8 @@ help:
 	@echo "make install   build .venv from the pins in pyproject.toml (the other targets do it when needed)"
 	@echo "For instructors and maintainers (students never need these; they act on the whole course):"
 	@echo "make test   run the whole test suite (notebooks, autograder proofs, packaging)"
+	@echo "make test-portability  run every notebook under other CPU kernel paths (KERNEL_PATHS=\"default avx avx2\"), as other CPUs compute"
+	@echo "make test-notebooks KERNEL_PATH=default  run every notebook once, on one kernel path (empty: this CPU's own)"
 	@echo "make labs   regenerate labs/ from solutions/; stops, overwriting nothing, if a file in labs/ was edited by hand (FORCE=1 overwrites)"
 	@echo "make student-edition  build the student edition (no solutions, hidden tests or grading tools) into build/student-edition/ (EDITION=dir, ARCHIVE=1 adds a .tar.gz)"
 	@echo "make grade  autograde submitted/<student>/<assignment>/ (JOBS at once, sandboxed), write feedback/ and grades/grades.csv"
@@ -78,6 +80,25 @@ lab: my-work
 test: install
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup --nbval-lax --nbval-current-env \
 	  --nbval-cell-timeout=600 tests lessons solutions
+
+# The lesson and solution notebooks alone, on the kernel path KERNEL_PATH (one of KERNEL_PATHS below; empty: this
+# machine's own). A chaotic training run's digits differ from one CPU to another, so no notebook may assert them.
+test-notebooks: install
+	@echo "kernel path: $(or $(KERNEL_PATH),native) ($(or $(KERNEL_PATH_$(KERNEL_PATH)),no overrides)); this CPU's own: \
+	$$($(BIN)/python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')"
+	$(KERNEL_PATH_$(KERNEL_PATH)) $(BIN)/python -m pytest -p no:cacheprovider -n $(JOBS) --dist loadgroup --nbval-lax \
+	  --nbval-current-env --nbval-cell-timeout=600 lessons solutions
+
+# Other CPUs, simulated on this one: ATen's vector kernels, MKL's BLAS and oneDNN each capped at an older instruction
+# set (on a CPU with AVX-512 every one of them differs from the native path; on an AVX2 CPU, avx2 is the native one).
+KERNEL_PATH_default := ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41
+KERNEL_PATH_avx     := ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=AVX ONEDNN_MAX_CPU_ISA=AVX
+KERNEL_PATH_avx2    := ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
+KERNEL_PATHS ?= default avx avx2
+
+# Every notebook on every kernel path of KERNEL_PATHS (run it before committing a notebook; CI runs `default`).
+test-portability: install
+	@for path in $(KERNEL_PATHS); do $(MAKE) --no-print-directory test-notebooks KERNEL_PATH=$$path || exit 1; done
 
 # CUDA-only checks of every topic (they skip, with a reason, where there is no GPU) and a speed/memory table.
 test-gpu: install

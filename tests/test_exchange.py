@@ -37,30 +37,48 @@ from course import ROOT, notebook_name, release_nb, source_nb
 LAB = "01_signal_propagation"  # the fastest lab
 COURSE_ID = "training-infra"
 
-# Runs as root in a private mount namespace before switching user: where the Python interpreter lives under a
-# folder other users cannot enter (a pyenv build in /root on the course's build machine), that folder is covered
-# by an empty, enterable one into which only the interpreter's folder is put back. $1 blocked folder, $2 the
-# folder under it that holds the interpreter, then the command.
+# Runs as root in a private mount namespace before switching user. Where a folder the test users need (the Python
+# interpreter, the virtual environment, the checkout itself) lies under a folder other users cannot enter (a pyenv
+# build in /root, a checkout in a 0700 `mktemp -d` folder), that blocked folder is covered by an empty, enterable
+# one into which only the folder on the way is put back. Arguments: the number N of pairs, N pairs (blocked folder,
+# its child on the way), outermost first, then the command. Every child is opened before anything is covered.
 REACH = r'''
 set -eu
-blocked=$1 child=$2; shift 2
-exec {fd}<"$child"
-mount -t tmpfs -o mode=755 tmpfs "$blocked"
-mkdir -p "$child"
-mount --no-canonicalize --bind "/proc/self/fd/$fd" "$child"
-exec {fd}<&-
+n=$1; shift
+blocked=() child=() fds=()
+for ((i = 0; i < n; i++)); do
+  blocked+=("$1") child+=("$2"); shift 2
+  exec {fd}<"${child[i]}"; fds+=("$fd")
+done
+declare -A covered
+for ((i = 0; i < n; i++)); do
+  if [ -z "${covered[${blocked[i]}]:-}" ]; then
+    mount -t tmpfs -o mode=755 tmpfs "${blocked[i]}"; covered[${blocked[i]}]=1
+  fi
+  mkdir -p "${child[i]}"
+  mount --no-canonicalize --bind "/proc/self/fd/${fds[i]}" "${child[i]}"
+done
+for fd in "${fds[@]}"; do exec {fd}<&-; done
 exec "$@"
 '''
 
 
-def _blocked_ancestor(path: Path) -> tuple[Path, Path] | None:
-    """(first ancestor of ``path`` that others cannot enter, its child on the way to ``path``), or None."""
+def blocked_ancestors(path: Path) -> list[tuple[Path, Path]]:
+    """Every ancestor of ``path`` that others cannot enter, outermost first, each with its child on the way."""
     parts = path.parts
+    pairs = []
     for i in range(1, len(parts) - 1):
         folder = Path(*parts[: i + 1])
         if not folder.stat().st_mode & stat.S_IXOTH:
-            return folder, Path(*parts[: i + 2])
-    return None
+            pairs.append((folder, Path(*parts[: i + 2])))
+    return pairs
+
+
+def folders_to_reach() -> list[tuple[Path, Path]]:
+    """The (blocked folder, child) pairs that keep the interpreter, the venv and the checkout reachable."""
+    needed = [Path(os.path.realpath(sys.executable)).parent, Path(sys.prefix).resolve(), ROOT.resolve()]
+    pairs = {pair for path in needed for pair in blocked_ancestors(path)}
+    return sorted(pairs, key=lambda pair: (len(pair[0].parts), str(pair[1])))
 
 
 class Users:
@@ -69,8 +87,7 @@ class Users:
     def __init__(self, base: Path):
         self.base = base
         self.names: list[str] = []
-        interpreter = Path(os.path.realpath(sys.executable))
-        self.blocked = _blocked_ancestor(interpreter.parent)
+        self.blocked = folders_to_reach()
 
     def add(self, role: str) -> tuple[str, Path]:
         name = f"nbx{role[:4]}{uuid.uuid4().hex[:6]}"
@@ -86,7 +103,7 @@ class Users:
         full = ["runuser", "-u", user, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()], *cmd]
         if self.blocked:
             full = ["unshare", "--mount", "--propagation", "private", "bash", "-c", REACH, "reach",
-                    *map(str, self.blocked), *full]
+                    str(len(self.blocked)), *[str(p) for pair in self.blocked for p in pair], *full]
         proc = subprocess.run(full, cwd=cwd, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, f"`{' '.join(cmd[2:] if cmd[:2] == (sys.executable, '-m') else cmd)}` as " \
                                      f"{user} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -119,6 +136,10 @@ def two_users():
     for tool in ("useradd", "userdel", "runuser", "unshare"):
         if shutil.which(tool) is None:
             pytest.skip(f"the exchange round trip needs `{tool}`, which is not installed")
+    for folder in (Path(sys.prefix).resolve(), ROOT.resolve()):
+        if not folder.stat().st_mode & stat.S_IXOTH:   # a covered ancestor can be put back, the folder itself not
+            pytest.skip(f"the test users must enter {folder}, whose own mode is {stat.filemode(folder.stat().st_mode)}: "
+                        f"`chmod o+x {folder}` (its parents may stay private)")
     base = Path(tempfile.mkdtemp(prefix="nbgrader-exchange-"))
     base.chmod(0o755)
     users = Users(base)
