@@ -17,10 +17,14 @@ round-robin, chunk by chunk, so that they share the conditions of a shared machi
   the LR, checks the gradient for non-finite values and gathers per-step statistics.
 - fp32 vs bf16 autocast, eager vs torch.compile, and (CPU) 1 process with 2 threads vs 2 DDP processes (gloo)
   with 1 thread each.
-- On CUDA also the seed recipe (51.4M parameters, 32 x 1024 tokens a step) and its model-FLOPs utilisation:
-  FLOPs per token = 6 * N + 12 * n_layer * d_model * T (N: the parameters that take part in matmuls, i.e. all but
-  the embedding tables, plus the output head's matrix; the second term is attention's score and value matmuls,
-  forward and backward, not halved for the causal mask), over the chip's dense bf16 (or TF32) peak.
+- On CUDA also the gpu preset (TrainConfig.gpu(): 4.85M parameters, 32 x 256 bytes a step, dropout 0.1 in the bare
+  and capstone rows; the baseline has no dropout) and the seed recipe (51.4M parameters, 32 x 1024 tokens a step),
+  each at the baseline's matching depth, width, heads, block, batch and vocabulary, with the capstone rows'
+  model-FLOPs utilisation: FLOPs per token = 6 * N + 12 * n_layer * d_model * T (N: the parameters that take part
+  in matmuls, i.e. all but the embedding tables, plus the output head's matrix; the second term is attention's
+  score and value matmuls, forward and backward, not halved for the causal mask), over the chip's dense bf16 peak
+  (bf16 rows) or fp32-matmul peak (fp32 rows: TF32, which this script turns on for every row as the trainer does,
+  on chips that have it). A chip missing from PEAKS, or a V100 / T4 bf16 row, gets no MFU ("unknown peak").
 Timings are for reading, not for tests; say what else ran on the machine when you quote them.
 """
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -43,10 +48,41 @@ import torch  # noqa: E402
 from trainkit.corpus import TokenData  # noqa: E402
 from trainkit.device import pick_device  # noqa: E402
 from trainkit.gpt import GPTConfig  # noqa: E402
+from trainkit.train import TrainConfig  # noqa: E402
 
-# dense peak FLOP/s (bf16, tf32) of chips we may meet, from the vendors' data sheets (no sparsity)
-PEAKS = {"H200": (989e12, 494e12), "H100": (989e12, 494e12), "A100": (312e12, 156e12), "L4": (121e12, 60e12),
-         "A10": (125e12, 62.5e12), "L40S": (362e12, 183e12), "V100": (125e12, 15.7e12), "T4": (65e12, 8.1e12)}
+# the presets a row can be sized from (CPU: tiny only)
+SIZES = {"tiny": TrainConfig.tiny, "gpu": TrainConfig.gpu, "recipe": TrainConfig.seed_recipe}
+
+# Dense peak FLOP/s of the chips we may meet: (pattern for torch.cuda.get_device_name(), bf16 tensor cores, fp32
+# matmuls), the first matching pattern wins, and a name no pattern matches gets None: "unknown peak", never another
+# chip's figure (an H100 PCIe is not an SXM). fp32 matmuls: TF32 tensor cores where the chip has them (Ampere and
+# later), else plain FP32 (V100, T4). bf16 None: not native (V100 and T4 emulate it). NVIDIA's datasheets quote
+# tensor-core figures "with sparsity" (2:4 structured); the dense figures here are half of those.
+PEAKS = [
+    # NVIDIA H100 datasheet: SXM BF16 1,979 / TF32 989 TFLOPS, PCIe 1,513 / 756, NVL 1,671 / 835 (with sparsity).
+    # Names: "NVIDIA H100 80GB HBM3" (SXM5), "NVIDIA H100 PCIe", "NVIDIA H100 NVL"; a bare "H100" stays unknown.
+    (r"\bH100\b.*\bPCIe\b", 756.5e12, 378e12),
+    (r"\bH100\b.*\bNVL\b", 835.5e12, 417.5e12),
+    (r"\bH100\b.*\b(SXM\d?|HBM3)\b", 989.5e12, 494.5e12),
+    # NVIDIA H200 datasheet: H200 SXM BF16 1,979 / TF32 989 TFLOPS, H200 NVL 1,671 / 835 (with sparsity)
+    (r"\bH200 NVL\b", 835.5e12, 417.5e12),
+    (r"\bH200\b", 989.5e12, 494.5e12),
+    # NVIDIA A100 datasheet (40GB PCIe, 80GB PCIe, SXM alike): BF16 312 | 624 TFLOPS*, TF32 156 | 312*
+    (r"\bA100\b", 312e12, 156e12),
+    # NVIDIA A10 datasheet: BF16 125 | 250 TFLOPS*, TF32 62.5 | 125* (not the A10G, which has no NVIDIA datasheet)
+    (r"\bA10\b", 125e12, 62.5e12),
+    # NVIDIA L40S datasheet: BF16 362.05 | 733 TFLOPS*, TF32 183 | 366*; L40: BF16 181.05 | 362.1*, TF32 90.5 | 181*
+    (r"\bL40S\b", 362e12, 183e12),
+    (r"\bL40\b", 181e12, 90.5e12),
+    # NVIDIA L4 datasheet: BF16 242 TFLOPS*, TF32 120* (with sparsity only)
+    (r"\bL4\b", 121e12, 60e12),
+    # NVIDIA V100 datasheet: FP32 15.7 TFLOPS (SXM2), 14 (PCIe), V100S 16.4; no TF32, no native bf16
+    (r"\bV100S\b", None, 16.4e12),
+    (r"\bV100-SXM2\b", None, 15.7e12),
+    (r"\bV100-PCIE\b", None, 14e12),
+    # NVIDIA T4 datasheet: FP32 8.1 TFLOPS; no TF32, no native bf16 (its 65 TFLOPS are fp16)
+    (r"\bT4\b", None, 8.1e12),
+]
 
 
 def measure(rows: list[dict], steps: int, warmup: int, device, chunk: int = 3) -> None:
@@ -85,21 +121,17 @@ def measure(rows: list[dict], steps: int, warmup: int, device, chunk: int = 3) -
 def baseline(precision: str, compile_: bool, device, size: str = "tiny", steps: int = 0,
              model_kind: str = "gpt2") -> dict:
     """A minimal standard GPT training step (see the module doc); returns a row with its step function."""
+    from trainkit.gpt import GPT
     from trainkit.models import GPTConfig as BaseConfig, TinyGPT
 
     torch.manual_seed(0)
+    preset = SIZES[size]()
+    m, B = preset.model, preset.batch_size
     if model_kind == "capstone":   # the capstone's model in the textbook step: isolates the loop's own cost
-        from trainkit.gpt import GPT
-
-        cfg = GPTConfig.tiny() if size == "tiny" else GPTConfig.seed_recipe()
-        model, B = GPT(cfg).to(device), 32
-    elif size == "tiny":
-        cfg, B = BaseConfig(vocab_size=256, block_size=128, n_layer=4, n_head=4, n_embd=128, bias=True,
-                            tie_weights=True), 32
-        model = TinyGPT(cfg).to(device)
-    else:
-        cfg, B = BaseConfig(vocab_size=50257, block_size=1024, n_layer=8, n_head=8, n_embd=512, bias=True,
-                            tie_weights=True), 32
+        cfg, model = m, GPT(m).to(device)
+    else:                          # GPT-2 style at the preset's depth, width, heads, block and vocabulary
+        cfg = BaseConfig(vocab_size=m.vocab_size, block_size=m.block_size, n_layer=m.n_layer, n_head=m.n_heads_q,
+                         n_embd=m.d_model, bias=True, tie_weights=True)
         model = TinyGPT(cfg).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
                             **({"fused": True} if device.type == "cuda" else {}))
@@ -132,12 +164,11 @@ def bare(precision: str, compile_: bool, device, size: str = "tiny", steps: int 
 # ------------------------------------------------------------------------------------------- the reference loop
 def capstone(precision: str, compile_: bool, device, size: str = "tiny", steps: int = 1000) -> dict:
     """``Trainer.train_step`` of the reference loop; returns a row with its step function."""
-    from trainkit.train import Trainer, TrainConfig
+    from trainkit.train import Trainer
 
     tmp = tempfile.mkdtemp(prefix="capstone-bench-")
-    preset = TrainConfig.tiny if size == "tiny" else TrainConfig.seed_recipe
-    cfg = preset(steps=max(steps, 10), warmup=1, precision=precision, compile=compile_, logger="none",
-                 progress=False, out_dir=tmp, device=device.type)
+    cfg = SIZES[size](steps=max(steps, 10), warmup=1, precision=precision, compile=compile_, logger="none",
+                      progress=False, out_dir=tmp, device=device.type)
     trainer = Trainer(cfg)
     if compile_ and not trainer.compile_status["active"]:
         return {"error": f"compile fell back: {trainer.compile_status['reason']}"}
@@ -151,13 +182,16 @@ def flops_per_token(m: GPTConfig, counts: dict) -> float:
     return 6 * matmul_params + 12 * m.n_layer * m.d_model * m.block_size
 
 
-def peak_flops(precision: str) -> float | None:
-    if not torch.cuda.is_available():
-        return None
-    name = torch.cuda.get_device_name()
-    for key, (bf16, tf32) in PEAKS.items():
-        if key in name:
-            return bf16 if precision == "bf16" else tf32
+def peak_flops(precision: str, name: str | None = None) -> float | None:
+    """The dense peak FLOP/s of the chip ``name`` (default: this process's CUDA device) for ``precision`` ("bf16"
+    or "fp32"), or None where PEAKS does not know the chip or the chip has no native bf16."""
+    if name is None:
+        if not torch.cuda.is_available():
+            return None
+        name = torch.cuda.get_device_name()
+    for pattern, bf16, fp32 in PEAKS:
+        if re.search(pattern, name, flags=re.IGNORECASE):
+            return bf16 if precision == "bf16" else fp32
     return None
 
 
@@ -203,7 +237,10 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = pick_device()
-    sizes = ["tiny"] + (["recipe"] if device.type == "cuda" else [])
+    if device.type == "cuda":   # as the trainer does: every row's fp32 matmuls are TF32 (Ampere and later)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    sizes = ["tiny"] + (["gpu", "recipe"] if device.type == "cuda" else [])
     compiles = [True] if args.compile_only else [False] + ([] if args.no_compile else [True])
     where = (torch.cuda.get_device_name() if device.type == "cuda"
              else f"CPU, {torch.get_num_threads()} threads, {os.cpu_count()} cores")

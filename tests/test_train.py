@@ -1,12 +1,16 @@
 """The capstone's reference loop (trainkit.train): exact resume (one process and 2 ranks under torchrun), the
 skip of an injected non-finite step, atomic checkpoints, the compile fallback, what reaches the logger and the
-manifest, the schedule, and clear errors for bad input on the command line. Micro configurations: seconds each."""
+manifest (the git state with untracked files), per-rank seeds, the presets, the schedule, what the command line
+says when it ends and its clear errors for bad input, and the throughput benchmark's table of peak FLOP/s.
+Micro configurations: seconds each."""
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +21,8 @@ import torch
 import trainkit.train as train_mod
 from trainkit.corpus import TokenData
 from trainkit.gpt import GPT, GPTConfig
-from trainkit.train import ConfigError, Trainer, TrainConfig, main
+from trainkit.gpt import param_counts
+from trainkit.train import NOT_A_GIT_REPOSITORY, ConfigError, Trainer, TrainConfig, git_sha, main, rank_seeds
 
 ROOT = Path(__file__).resolve().parents[1]
 MICRO_MODEL = dict(vocab_size=256, block_size=32, n_layer=1, d_model=32, n_heads_q=2, n_heads_kv=1, d_ff=64)
@@ -40,7 +45,7 @@ def run_env() -> dict:
 def test_exact_resume_single_process(tmp_path, stop):
     kw = dict(grad_accum=2, model=GPTConfig(**MICRO_MODEL, dropout=0.1))  # dropout: the RNG state must resume too
     straight = Trainer(micro(tmp_path / "straight", **kw)).fit()
-    Trainer(micro(tmp_path / "stopped", **kw)).fit(steps=stop)      # "killed" after step `stop`
+    Trainer(micro(tmp_path / "stopped", **kw)).fit(steps=stop)      # "killed" once `stop` steps have run
     resumed_trainer = Trainer(micro(tmp_path / "stopped", resume=True, **kw))  # a new trainer, from disk
     assert resumed_trainer.step == stop and resumed_trainer.resumed_from == stop
     resumed = resumed_trainer.fit()
@@ -230,8 +235,54 @@ def test_logger_series_and_manifest(tmp_path):
     assert manifest["config"]["lr"] == 3e-3 and manifest["seed"] == 0
     assert manifest["tokenizer"]["version"] == "bytes-utf8-v1"
     assert len(manifest["data"]["sha256"]) == 64 and manifest["torch"] == torch.__version__
-    assert manifest["git_sha"] is None or len(manifest["git_sha"].split("+")[0]) == 40
+    assert manifest["git_sha"] == NOT_A_GIT_REPOSITORY or re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", manifest["git_sha"])
     assert manifest["params"]["total"] == sum(p.numel() for p in trainer.raw_model.parameters())
+    # the machine: threads always; CUDA, cuDNN, the GPU and TF32 only describe a CUDA run (this one is on the CPU)
+    assert manifest["threads"] == torch.get_num_threads()
+    assert manifest["cuda"] is None and manifest["cudnn"] is None and manifest["gpu"] is None
+    assert manifest["tf32"] is False
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=test", "-c", "user.email=test@example.com", "-c", "commit.gpgsign=false",
+                    *args], cwd=repo, check=True, capture_output=True, timeout=60)
+
+
+def test_git_sha_counts_untracked_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # tmp_path must not look inside an outer checkout
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    assert git_sha(repo) == NOT_A_GIT_REPOSITORY, "a plain directory is not a git checkout"
+    git(repo, "init", "-q")
+    assert git_sha(repo) == NOT_A_GIT_REPOSITORY, "a repository with no commit has no SHA to record"
+    (repo / "model.py").write_text("x = 1\n")
+    (repo / ".gitignore").write_text("runs/\n")
+    git(repo, "add", "model.py", ".gitignore")
+    git(repo, "commit", "-q", "-m", "first")
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    assert git_sha(repo) == sha, "a clean checkout is not dirty"
+    (repo / "runs").mkdir()
+    (repo / "runs" / "latest.pt").write_bytes(b"ignored")
+    assert git_sha(repo) == sha, "an ignored file is not part of the code"
+    (repo / "new_module.py").write_text("y = 2\n")
+    assert git_sha(repo) == sha + "+dirty", "an untracked module is code the commit does not hold"
+    (repo / "new_module.py").unlink()
+    (repo / "model.py").write_text("x = 2\n")
+    assert git_sha(repo) == sha + "+dirty", "a changed tracked file"
+    assert git_sha(tmp_path / "no" / "such" / "dir") == NOT_A_GIT_REPOSITORY
+
+
+def test_rank_seeds_differ_for_every_seed_and_rank(tmp_path):
+    pairs = [(seed, rank) for seed in range(8) for rank in range(4)]
+    for library in ("torch", "python", "numpy"):
+        seen = [repr(rank_seeds(seed, rank)[library]) for seed, rank in pairs]
+        assert len(set(seen)) == len(pairs), f"two (seed, rank) pairs share a {library} seed"
+    assert rank_seeds(0, 1) != rank_seeds(1, 0)          # what seed + rank gets wrong
+    assert rank_seeds(3, 2) == rank_seeds(3, 2)          # and a pure function of (seed, rank)
+    s = rank_seeds(0, 0)
+    assert s["torch"] != s["python"], "torch and Python should not start from one seed"
+    Trainer(micro(tmp_path, seed=5))
+    assert torch.initial_seed() == rank_seeds(5, 0)["torch"], "the Trainer seeds dropout from rank_seeds"
 
 
 # ------------------------------------------------------------------------------------------- schedule
@@ -264,8 +315,31 @@ def test_presets():
             recipe.model.d_ff, recipe.model.block_size, recipe.model.vocab_size) == (512, 8, 8, 4, 1536, 1024, 50257)
     assert (recipe.steps, recipe.warmup, recipe.lr, recipe.betas, recipe.weight_decay) == (20_000, 200, 3e-4,
                                                                                             (0.9, 0.95), 0.1)
-    assert TrainConfig.for_device("cpu").model == GPTConfig.tiny()
-    assert TrainConfig.for_device("cuda").model == GPTConfig.seed_recipe()
+    assert TrainConfig.for_device("cpu") == TrainConfig.tiny()
+    assert TrainConfig.for_device("cuda") == TrainConfig.gpu()
+
+
+def test_gpu_preset_fits_the_corpus(tmp_path):
+    """The CUDA default reads the training split tens of times, not the recipe's ~1 560, and its docstring's
+    numbers are the preset's own."""
+    train_tokens = len(TokenData.default().train)
+    epochs = {}
+    for name, preset in (("gpu", TrainConfig.gpu()), ("recipe", TrainConfig.seed_recipe())):
+        tokens = preset.steps * preset.batch_size * preset.grad_accum * preset.model.block_size
+        epochs[name] = tokens / train_tokens
+    assert 1500 < epochs["recipe"] < 1600
+    assert 10 <= epochs["gpu"] <= 30, f"the gpu preset reads the training split {epochs['gpu']:.1f} times"
+    gpu = TrainConfig.gpu()
+    counts = param_counts(GPT(gpu.model))
+    assert counts["total"] < 10e6, "a model sized for 0.42M bytes, not the recipe's 51.4M"
+    doc = " ".join(TrainConfig.gpu.__doc__.split())
+    assert f"{counts['total'] / 1e6:.2f}M parameters" in doc and f"{epochs['gpu']:.1f} epochs" in doc, doc
+    tokens = gpu.steps * gpu.batch_size * gpu.model.block_size
+    assert f"{tokens / 1e6:.2f}M tokens" in doc and f"{gpu.steps:,}".replace(",", " ") + " steps" in doc
+    # the preset's model trains (on the CPU, with a small batch): valid config, finite losses, dropout on
+    short = TrainConfig.gpu(steps=2, warmup=1, batch_size=2, eval_batches=1, logger="none", progress=False,
+                            out_dir=str(tmp_path), device="cpu")
+    assert all(math.isfinite(x) for x in Trainer(short).fit()["loss"])
 
 
 def test_config_file_and_flags(tmp_path):
@@ -308,13 +382,69 @@ def test_cli_exit_code_in_a_subprocess(tmp_path):
     assert done.stderr == "error: lr must be a number > 0, got -1.0\n"
 
 
+def last_line(capsys) -> str:
+    out = capsys.readouterr()
+    assert out.err == "", out.err
+    return out.out.strip().splitlines()[-1]
+
+
+def summary(first: int, last: int, seconds=r"\d+\.\d", evaluation: str | None = None, out_dir="") -> str:
+    """The CLI's last line as a regular expression; ``evaluation``: the step count of the last evaluation."""
+    ev = (r"no evaluation yet" if evaluation is None else
+          rf"last evaluation \(after {evaluation} steps\): val loss \d+\.\d{{4}} \(best \d+\.\d{{4}}, "
+          rf"unigram \d+\.\d{{4}}\)")
+    return (rf"done: ran steps {first}\.\.{last} \({last - first + 1} steps\) in {seconds} s \| {ev} \| "
+            rf"checkpoints in {re.escape(out_dir)}")
+
+
 def test_cli_trains(tmp_path, capsys):
     cfg = micro(tmp_path, steps=4, eval_every=2).to_dict()
     (tmp_path / "c.json").write_text(json.dumps(cfg))
     assert main(["--config", str(tmp_path / "c.json")]) == 0
-    out = capsys.readouterr()
-    assert "done: 4 steps" in out.out and out.err == ""
-    assert torch.load(tmp_path / "latest.pt", weights_only=False)["step"] == 4
+    line = last_line(capsys)
+    assert re.fullmatch(summary(0, 3, evaluation="4", out_dir=str(tmp_path)), line), line
+    latest = torch.load(tmp_path / "latest.pt", weights_only=False)
+    assert latest["step"] == 4
+    h = latest["history"]
+    assert f"val loss {h['val_loss'][-1]:.4f} (best {min(h['val_loss']):.4f}, " in line
+
+
+def test_cli_stop_at_and_resume_say_what_ran(tmp_path, capsys):
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps(micro(tmp_path, steps=8, eval_every=4).to_dict()))   # evaluations after 4 and 8
+    run = ["--config", str(config)]
+    resume = [*run, "--set", "resume=true"]
+    early = " | stopped early at {} of 8 steps: resume with --set resume=true"
+
+    assert main([*run, "--stop-at", "2"]) == 0            # steps 0 and 1, before any evaluation
+    line = last_line(capsys)
+    assert re.fullmatch(summary(0, 1, out_dir=str(tmp_path)) + re.escape(early.format(2)), line), line
+    state = torch.load(tmp_path / "latest.pt", weights_only=False)
+    assert state["step"] == 2 and state["history"]["step"] == [0, 1], "--stop-at 2 runs exactly steps 0..1"
+
+    assert main([*resume, "--stop-at", "6"]) == 0         # 2..5, evaluating after 4 steps
+    line = last_line(capsys)
+    assert re.fullmatch(summary(2, 5, evaluation="4", out_dir=str(tmp_path)) + re.escape(early.format(6)), line), line
+
+    assert main([*resume, "--stop-at", "7"]) == 0         # 6 only: the last evaluation is the checkpoint's
+    line = last_line(capsys)
+    assert re.fullmatch(summary(6, 6, evaluation="4", out_dir=str(tmp_path)) + re.escape(early.format(7)), line), line
+
+    assert main(resume) == 0                              # 7, the last step, then the final evaluation
+    line = last_line(capsys)
+    assert re.fullmatch(summary(7, 7, evaluation="8", out_dir=str(tmp_path)), line), line
+
+    assert main(resume) == 0                              # nothing left to run
+    assert last_line(capsys) == f"done: no step ran: 8 of 8 optimiser steps had already run | checkpoints in {tmp_path}"
+    assert main([*resume, "--stop-at", "3"]) == 0
+    assert last_line(capsys) == (f"done: no step ran: 8 of 8 optimiser steps had already run (--stop-at 3) | "
+                                 f"checkpoints in {tmp_path}")
+
+
+def test_cli_stop_at_help_says_how_many_steps_run(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "stop once K optimiser steps have run (steps 0..K-1)" in " ".join(capsys.readouterr().out.split())
 
 
 def test_config_errors_from_python(tmp_path):
@@ -326,3 +456,24 @@ def test_config_errors_from_python(tmp_path):
         Trainer(micro(tmp_path, batch_size=20000))   # 13 110 windows of 32 tokens in the train split
     # the validation split (1 455 windows) takes smaller evaluation batches instead of failing
     assert Trainer(micro(tmp_path, batch_size=4000)).eval_batch_size == 1455
+
+
+# ------------------------------------------------------------------------------------------- benchmark peaks
+def test_benchmark_peak_flops_match_the_exact_chip():
+    spec = importlib.util.spec_from_file_location("train_throughput", ROOT / "benchmarks" / "train_throughput.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cases = {   # torch.cuda.get_device_name() -> dense (bf16, fp32-matmul) peak, None where unknown or not native
+        "NVIDIA H100 80GB HBM3": (989.5e12, 494.5e12), "NVIDIA H100 PCIe": (756.5e12, 378e12),
+        "NVIDIA H100 NVL": (835.5e12, 417.5e12), "NVIDIA H100": (None, None),
+        "NVIDIA H200": (989.5e12, 494.5e12), "NVIDIA H200 NVL": (835.5e12, 417.5e12),
+        "NVIDIA A100-SXM4-80GB": (312e12, 156e12), "NVIDIA A100-PCIE-40GB": (312e12, 156e12),
+        "NVIDIA A10": (125e12, 62.5e12), "NVIDIA A10G": (None, None),
+        "NVIDIA L4": (121e12, 60e12), "NVIDIA L40S": (362e12, 183e12), "NVIDIA L40": (181e12, 90.5e12),
+        "Tesla V100-SXM2-16GB": (None, 15.7e12), "Tesla V100-PCIE-32GB": (None, 14e12),
+        "Tesla V100S-PCIE-32GB": (None, 16.4e12), "Tesla T4": (None, 8.1e12),
+        "NVIDIA GeForce RTX 4090": (None, None),
+    }
+    for name, (bf16, fp32) in cases.items():
+        got = (bench.peak_flops("bf16", name), bench.peak_flops("fp32", name))
+        assert got == (bf16, fp32), f"{name}: peak (bf16, fp32) {got}, expected {(bf16, fp32)}"

@@ -1,7 +1,8 @@
 """The capstone's reference training loop: a small GPT on Python's reference text, with everything of topics 1-7.
 
     python -m trainkit.train --config tiny                       # about a minute on a 2-core CPU
-    python -m trainkit.train --config recipe                     # the guide's recipe (meant for a GPU)
+    python -m trainkit.train --config gpu                        # 4.85M parameters, ~20 epochs: minutes on a GPU
+    python -m trainkit.train --config recipe                     # the guide's recipe (51.4M; far too big for this text)
     python -m trainkit.train --config auto --set lr=1e-3 --set model.n_layer=2 --set out_dir=runs/x
     python -m trainkit.train --config my_run.json --set resume=true
     torchrun --nproc_per_node 2 -m trainkit.train --config tiny  # DistributedDataParallel (gloo / NCCL)
@@ -35,8 +36,12 @@ same autocast as training, on the same ``eval_batches`` validation batches each 
 
 Exact resume: a checkpoint holds the model, the optimiser state, the step, the best validation loss, the history,
 every rank's RNG states and the config; the data order depends only on (seed, step, rank, world_size). On the CPU a
-run stopped after any step k (``fit(steps=k)``) and resumed (``resume=True``) logs bit-identical losses to a run
-that never stopped; so does a 2-rank run under torchrun.
+run stopped once any k optimiser steps have run (``fit(steps=k)``: steps 0..k-1) and resumed (``resume=True``) logs
+bit-identical losses to a run that never stopped; so does a 2-rank run under torchrun.
+
+On CUDA the Trainer turns TF32 on for the whole process (``torch.backends.cuda.matmul.allow_tf32`` and
+``torch.backends.cudnn.allow_tf32``): on Ampere and later GPUs its "fp32" matmuls and convolutions are TF32 (10-bit
+mantissa inputs, fp32 accumulation), not IEEE fp32. The manifest records it ("tf32").
 """
 from __future__ import annotations
 
@@ -121,10 +126,29 @@ class TrainConfig:
         return cls(**overrides)
 
     @classmethod
+    def gpu(cls, **overrides) -> "TrainConfig":
+        """The GPU run (``--config auto`` on CUDA), sized for this corpus's 0.42M training bytes rather than for the
+        guide's "1B tokens" (the recipe would read its 655M tokens as about 1 560 epochs, with a 51.4M model that
+        can memorise the text). GPTConfig(n_layer=6, d_model=256, 8 query / 4 key-value heads, d_ff 768, block 256,
+        dropout 0.1): 4.85M parameters (4.72M non-embedding). 1 000 steps of 32 x 256 bytes: 8.19M tokens, 19.5
+        epochs of the training split. AdamW lr 1e-3, betas (0.9, 0.95), weight decay 0.1, warmup 100, cosine to
+        10%, clip 1.0, bf16 autocast where the GPU has native bf16. Compute: 33.4M FLOPs per token (6 N + 12
+        n_layer d_model T), 2.7e14 FLOPs in all: seconds of matmul time at a current GPU's peak, a few minutes
+        even at a T4's 8 TFLOP/s of fp32; small models are launch-bound, so expect well under that peak. Sized by
+        this arithmetic; not yet timed on a GPU in this repository."""
+        base = dict(model=GPTConfig(vocab_size=256, block_size=256, n_layer=6, d_model=256, n_heads_q=8,
+                                    n_heads_kv=4, d_ff=768, tie_weights=True, dropout=0.1),
+                    steps=1000, batch_size=32, grad_accum=1, lr=1e-3, min_lr_ratio=0.1, warmup=100,
+                    betas=(0.9, 0.95), weight_decay=0.1, max_grad_norm=1.0, precision="auto", eval_every=100,
+                    eval_batches=20, log_every=10, out_dir="runs/gpu")
+        return cls(**{**base, **overrides})
+
+    @classmethod
     def seed_recipe(cls, **overrides) -> "TrainConfig":
         """The infrastructure guide's recipe: GPTConfig.seed_recipe() (51.4M parameters), 20 000 steps of 32
         sequences of 1024 tokens (655M tokens), AdamW lr 3e-4, betas (0.9, 0.95), weight decay 0.1, warmup 200,
-        cosine to 10%, clip 1.0, bf16 autocast. Meant for a GPU."""
+        cosine to 10%, clip 1.0, bf16 autocast. Meant for a GPU, and for a corpus of about 1B tokens: on this
+        course's text it is about 1 560 epochs (``gpu()`` is the run that fits the data)."""
         base = dict(model=GPTConfig.seed_recipe(), steps=20_000, batch_size=32, grad_accum=1, lr=3e-4,
                     min_lr_ratio=0.1, warmup=200, betas=(0.9, 0.95), weight_decay=0.1, max_grad_norm=1.0,
                     precision="auto", eval_every=500, eval_batches=20, log_every=10, out_dir="runs/recipe")
@@ -132,9 +156,9 @@ class TrainConfig:
 
     @classmethod
     def for_device(cls, device: torch.device | str | None = None, **overrides) -> "TrainConfig":
-        """``tiny()`` on a CPU, ``seed_recipe()`` on a CUDA GPU."""
+        """``tiny()`` on a CPU, ``gpu()`` on a CUDA GPU."""
         device = torch.device(device) if device is not None else pick_device()
-        return (cls.seed_recipe if device.type == "cuda" else cls.tiny)(**overrides)
+        return (cls.gpu if device.type == "cuda" else cls.tiny)(**overrides)
 
     # -- dict / file / flags ---------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -310,19 +334,37 @@ def _atomic_write_text(text: str, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def git_sha(repo_dir: str | os.PathLike | None = None) -> str | None:
-    """The commit of the code that trains (``+dirty`` if the work tree has changes), or None outside git."""
+NOT_A_GIT_REPOSITORY = "not a git repository"
+
+
+def git_sha(repo_dir: str | os.PathLike | None = None) -> str:
+    """The commit of the code that trains (default: the git checkout holding this file), with ``+dirty`` when the
+    work tree differs from it: a change to a tracked file, staged or not, or an untracked file that is not ignored
+    (a new module the run imports is code the commit does not hold). ``"not a git repository"`` outside a checkout,
+    in a repository with no commit yet, or where git cannot run."""
     repo_dir = repo_dir or Path(__file__).resolve().parent
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo_dir, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        if not sha:
-            return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo_dir,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return sha + ("+dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
+        head = subprocess.run(["git", "rev-parse", "--verify", "HEAD"], cwd=repo_dir, capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode != 0:
+            return NOT_A_GIT_REPOSITORY
+        status = subprocess.run(["git", "status", "--porcelain"], cwd=repo_dir, capture_output=True, text=True,
+                                timeout=10)
+    except (OSError, subprocess.SubprocessError):   # no git, a repo_dir that does not exist, a hung git
+        return NOT_A_GIT_REPOSITORY
+    # a status that cannot be read is not proof of a clean tree: count it as dirty
+    dirty = status.returncode != 0 or status.stdout.strip() != ""
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def rank_seeds(seed: int, rank: int) -> dict[str, Any]:
+    """The seeds of one rank's global random streams: torch (dropout), Python's ``random`` and NumPy's legacy
+    generator, drawn from ``numpy.random.SeedSequence(seed, spawn_key=(rank,))``. Every (seed, rank) pair gets its
+    own unrelated streams; ``seed + rank`` would not (run seed 0 rank 1 would repeat run seed 1 rank 0, lesson 7).
+    Separate words per library, so that Python and NumPy (both Mersenne Twisters) do not start from one state."""
+    words = [int(w) for w in np.random.SeedSequence(seed, spawn_key=(rank,)).generate_state(6)]  # uint32 words
+    return {"torch": words[0] << 32 | words[1], "python": words[2] << 32 | words[3],
+            "numpy": words[4:6]}   # np.random.seed takes 32-bit words, not one 64-bit int
 
 
 def _rng_state() -> dict:
@@ -405,13 +447,17 @@ class Trainer:
 
         # -- precision ----------------------------------------------------------------------------------
         if cfg.precision == "auto":
-            bf16_ok = device.type == "cuda" and torch.cuda.is_bf16_supported()
+            # native bf16 only (Ampere and later): the default counts T4's and V100's emulated bf16, slower than fp32
+            bf16_ok = device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
             self.precision = "bf16" if bf16_ok else "fp32"   # bf16 autocast is slower than fp32 on most CPUs
         else:
             self.precision = cfg.precision
+        # an explicit "bf16" is honoured where bf16 at least runs (emulated on a T4 or V100)
         if self.precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise ConfigError("precision 'bf16' asked for, but this GPU has no bf16 support")
         if device.type == "cuda":
+            # process-wide: from here on every fp32 matmul and convolution in this process (this run's "fp32", and
+            # the fp32 parts of a bf16 run) is TF32 on Ampere and later; recorded in the manifest as "tf32"
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
 
@@ -440,9 +486,10 @@ class Trainer:
             from torch.nn.parallel import DistributedDataParallel as DDP
             model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
         self.model = self.maybe_compile(model) if cfg.compile else model
-        torch.manual_seed(cfg.seed + 1 + self.rank)      # dropout streams differ per rank
-        random.seed(cfg.seed + self.rank)
-        np.random.seed(cfg.seed + self.rank)
+        seeds = rank_seeds(cfg.seed, self.rank)          # dropout (and any Python / NumPy draw) differs per rank
+        torch.manual_seed(seeds["torch"])
+        random.seed(seeds["python"])
+        np.random.seed(seeds["numpy"])
 
         self.step = 0
         self.best_val = math.inf
@@ -633,9 +680,10 @@ class Trainer:
         return float(total)
 
     def fit(self, steps: int | None = None) -> dict:
-        """Train until optimiser step ``steps`` (absolute, default ``cfg.steps``; the schedule always spans
-        ``cfg.steps``) and return the history: lists "step", "loss", "lr", "grad_norm", "skipped",
-        "step_time", "tokens", and "val_step", "val_loss" for the evaluations. Stopping early writes the latest
+        """Train, stopping once ``steps`` optimiser steps have run (steps 0..steps-1, counted from the start of the
+        run, a resumed one included; default ``cfg.steps``; the schedule always spans ``cfg.steps``), and return
+        the history: lists "step", "loss", "lr", "grad_norm", "skipped", "step_time", "tokens", and "val_step"
+        (the 0-based step after which each evaluation ran), "val_loss". Stopping early writes the latest
         checkpoint, so ``resume=True`` continues exactly from there."""
         cfg = self.cfg
         end = cfg.steps if steps is None else int(steps)
@@ -738,8 +786,15 @@ class Trainer:
 
     # -- manifest -------------------------------------------------------------------------------------------
     def _manifest(self) -> dict:
+        on_cuda = self.device.type == "cuda"
         return {"config": self.cfg.to_dict(), "git_sha": git_sha(), "torch": torch.__version__,
                 "python": platform.python_version(), "platform": platform.platform(),
+                "threads": torch.get_num_threads(),
+                # None on a CPU run; "tf32": fp32 matmuls really run as TF32 (turned on above, and the GPU has it)
+                "cuda": torch.version.cuda if on_cuda else None,
+                "cudnn": torch.backends.cudnn.version() if on_cuda else None,
+                "gpu": torch.cuda.get_device_name(self.device) if on_cuda else None,
+                "tf32": bool(on_cuda and torch.backends.cuda.matmul.allow_tf32 and torch.cuda.is_tf32_supported()),
                 "tokenizer": self.data.tokenizer.describe(), "data": {"source": self.cfg.data, **self.data.describe()},
                 "seed": self.cfg.seed, "world_size": self.world_size, "device": str(self.device),
                 "precision": self.precision, "compile": dict(self.compile_status), "params": self.counts,
@@ -763,19 +818,21 @@ class Trainer:
 
 
 # --------------------------------------------------------------------------------------------- CLI
-PRESETS = {"tiny": TrainConfig.tiny, "recipe": TrainConfig.seed_recipe, "auto": TrainConfig.for_device}
+PRESETS = {"tiny": TrainConfig.tiny, "gpu": TrainConfig.gpu, "recipe": TrainConfig.seed_recipe,
+           "auto": TrainConfig.for_device}
 
 
 def config_from_args(argv: list[str] | None = None) -> tuple[TrainConfig, int | None]:
     parser = argparse.ArgumentParser(prog="python -m trainkit.train",
                                      description="Train the capstone GPT on Python's reference text.")
     parser.add_argument("--config", default="auto",
-                        help="tiny, recipe, auto (tiny on CPU, recipe on GPU) or a JSON/TOML file (default: auto)")
+                        help="tiny, gpu, recipe, auto (tiny on a CPU, gpu on a CUDA GPU) or a JSON/TOML file "
+                             "(default: auto)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a setting, e.g. --set lr=1e-3 --set model.n_layer=2 (repeatable)")
-    parser.add_argument("--stop-at", type=int, default=None, metavar="STEP",
-                        help="stop after optimiser step STEP (the schedule still spans `steps`); the latest checkpoint "
-                             "is written, and --set resume=true continues from it")
+    parser.add_argument("--stop-at", type=int, default=None, metavar="K",
+                        help="stop once K optimiser steps have run (steps 0..K-1); the schedule still spans `steps`, "
+                             "the latest checkpoint is written, and --set resume=true continues from it")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
     args = parser.parse_args(argv)
     if args.config in PRESETS:
@@ -807,13 +864,32 @@ def main(argv: list[str] | None = None) -> int:
                   f"params {c['total'] / 1e6:.2f}M ({c['non_embedding'] / 1e6:.2f}M non-embedding) | "
                   f"unigram val loss {trainer.unigram_loss:.4f}" +
                   (f" | resumed at step {trainer.resumed_from}" if trainer.resumed_from is not None else ""))
-        t0 = time.perf_counter()
-        history = trainer.fit(steps=stop_at)
-        if trainer.is_main and history["val_loss"]:
-            print(f"done: {trainer.step} steps in {time.perf_counter() - t0:.1f} s | final val loss "
-                  f"{history['val_loss'][-1]:.4f} (best {trainer.best_val:.4f}, unigram {trainer.unigram_loss:.4f}) "
-                  f"| checkpoints in {trainer.out_dir}")
+        first, t0 = trainer.step, time.perf_counter()
+        trainer.fit(steps=stop_at)
+        if trainer.is_main:
+            print(summary_line(trainer, first, time.perf_counter() - t0, stop_at))
     return 0
+
+
+def summary_line(trainer: Trainer, first: int, seconds: float, stop_at: int | None) -> str:
+    """The CLI's last line: what this process ran (from step ``first`` to ``trainer.step``), the last evaluation
+    (this run's or the checkpoint's), and how to go on when ``--stop-at`` ended the run early."""
+    cfg, history, done = trainer.cfg, trainer.history, trainer.step
+    if done == first:
+        return (f"done: no step ran: {done} of {cfg.steps} optimiser steps had already run"
+                + (f" (--stop-at {stop_at})" if stop_at is not None and stop_at < cfg.steps else "")
+                + f" | checkpoints in {trainer.out_dir}")
+    if history["val_loss"]:
+        evaluation = (f"last evaluation (after {history['val_step'][-1] + 1} steps): val loss "
+                      f"{history['val_loss'][-1]:.4f} (best {trainer.best_val:.4f}, "
+                      f"unigram {trainer.unigram_loss:.4f})")
+    else:
+        evaluation = "no evaluation yet"
+    line = (f"done: ran steps {first}..{done - 1} ({done - first} steps) in {seconds:.1f} s | {evaluation} | "
+            f"checkpoints in {trainer.out_dir}")
+    if done < cfg.steps:   # only --stop-at ends a run before cfg.steps
+        line += f" | stopped early at {done} of {cfg.steps} steps: resume with --set resume=true"
+    return line
 
 
 if __name__ == "__main__":
