@@ -158,7 +158,7 @@ def load_checkpoint(run, path):
 ANSWERS_OK = '''
 q1_tokens_per_s = 10240.0
 q2_distinct_examples = 683.6
-q3_logged_lr_at_step_0 = 1e-5
+q3_logged_lr_at_step_0 = 2e-3 / 101
 '''
 
 
@@ -305,7 +305,8 @@ BUGS = {
     # --- exercise 6: self-check answers
     "answer_q1_counts_evaluation": {"answers": _swap(ANSWERS_OK, "q1_tokens_per_s = 10240.0", "q1_tokens_per_s = 32 * 128 * 10 / 6.0")},
     "answer_q2_assumes_partition": {"answers": _swap(ANSWERS_OK, "q2_distinct_examples = 683.6", "q2_distinct_examples = 1000")},
-    "answer_q3_lr_used": {"answers": _swap(ANSWERS_OK, "q3_logged_lr_at_step_0 = 1e-5", "q3_logged_lr_at_step_0 = 0.0")},
+    "answer_q3_lr_used": {"answers": _swap(ANSWERS_OK, "q3_logged_lr_at_step_0 = 2e-3 / 101", "q3_logged_lr_at_step_0 = 1e-3 / 101")},
+    "answer_q3_ramp_from_zero": {"answers": _swap(ANSWERS_OK, "q3_logged_lr_at_step_0 = 2e-3 / 101", "q3_logged_lr_at_step_0 = 1e-3 * 1 / 100")},
 }
 
 # Correct, but written differently from the reference: the LR read from the scheduler, a meter that keeps a
@@ -461,6 +462,6 @@ def load_checkpoint(run, path):
     "answers": '''
 q1_tokens_per_s = 4096 * 10 / 4
 q2_distinct_examples = 684
-q3_logged_lr_at_step_0 = 0.00001
+q3_logged_lr_at_step_0 = 0.0000198
 ''',
 }
