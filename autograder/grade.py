@@ -16,8 +16,11 @@ a grades CSV to ``grades/grades.csv`` (nbgrader's export format), and a table pr
 Regrading keeps manual grades: a written answer that a grader already scored, and that the student has not
 changed since, keeps its score and is not flagged for manual grading again.
 
-A submission that could not be graded at all is listed as FAILED with the reason and its log, and
-scores 0 until it is fixed. Exit status: 0 if every submission was graded, 1 if some failed, 2 if there was
+A submission that could not be graded at all is listed as FAILED with the reason and its log. Whose fault it
+was decides its grade: a submission that cannot be graded (not a notebook, no notebook, a run past the wall-clock
+limit) scores 0 until it is fixed; a failure of the grader's own (a kernel that could not start, a file it could
+not write, a full disk, a worker that died) never costs a grade: the previous grade and feedback are kept as they
+were, and the table says so. Exit status: 0 if every submission was graded, 1 if some failed, 2 if there was
 nothing to grade.
 """
 from __future__ import annotations
@@ -148,6 +151,7 @@ class Result:
     scratch: Path
     log: Path
     error: str = ""                      # why it could not be graded; "" when it was
+    graders_fault: bool = False          # the failure was the grader's, not the submission's: keep the old grade
     grades: dict = field(default_factory=dict)     # (notebook, cell) -> (auto_score, needs_manual_grade)
     comments: dict = field(default_factory=dict)   # (notebook, cell) -> auto_comment
     penalties: dict = field(default_factory=dict)  # notebook -> late_submission_penalty
@@ -202,6 +206,9 @@ def grade_one(course: Path, template: Path, batch: Path, key: str, student: str,
         result.error = f"grading took longer than {wall_timeout} s and was stopped"
     elif not ok:
         result.error = _nbgrader_error(out) or "nbgrader could not grade it (see the log)"
+        graders = graders_fault(out)
+        if graders:
+            result.error, result.graders_fault = graders, True
     if not result.error:
         _read_results(result)
     return result
@@ -243,7 +250,7 @@ def graded_in_workers(tasks: list[dict], jobs: int):
                 else:
                     result = Result(task["student"], task["assignment"], task["batch"] / "subs" / task["key"],
                                     task["logs"] / f"autograde_{task['student']}_{task['assignment']}.log")
-                    result.error = why
+                    result.error, result.graders_fault = why, True   # student code never runs in a worker
                     yield result
         pending = retry
 
@@ -281,6 +288,24 @@ def _nbgrader_error(log_text: str) -> str:
     return found[0][:300] if found else ""
 
 
+# Failures that are the grader's own, recognised by the exceptions in nbgrader's log: the kernel did not start (no
+# student code has run yet: an interpreter or venv the grading account cannot reach, a broken sandbox), or a file
+# the grader could not read or write. Student code runs in the kernel, whose errors are the cells' outputs, not
+# exceptions in nbgrader's log.
+GRADERS_FAULTS = ("Kernel died before replying to kernel_info", "Kernel didn't respond", "PermissionError",
+                  "Permission denied", "No space left on device", "Read-only file system", "Disk quota exceeded",
+                  "database is locked", "unable to open database file")
+
+
+def graders_fault(log_text: str) -> str:
+    """The first exception line of nbgrader's log that shows a failure of the grader's own ("" if none)."""
+    for line in log_text.splitlines():
+        line = line.strip()
+        if re.match(r"^\w+(\.\w+)*(Error|Exception): ", line) and any(m in line for m in GRADERS_FAULTS):
+            return line[:300]
+    return ""
+
+
 def _read_results(result: Result) -> None:
     from nbgrader.api import Gradebook, MissingEntry
 
@@ -311,11 +336,27 @@ def merge(course: Path, result: Result) -> None:
 
 
 def _merge(course: Path, result: Result) -> None:
-    from nbgrader.api import Gradebook
-
     src = result.scratch / "autograded" / result.student / result.assignment
     dest = course / "autograded" / result.student / result.assignment
     unchanged = _unchanged_written_answers(dest, src)
+    # The autograded copy is staged first: if the grader cannot write it, nothing in the course has changed yet.
+    staged = dest.with_name(dest.name + ".new")
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(src, staged)
+    try:
+        _record_grades(course, result, unchanged)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    if dest.exists():
+        shutil.rmtree(dest)
+    staged.rename(dest)
+
+
+def _record_grades(course: Path, result: Result, unchanged: set[tuple[str, str]]) -> None:
+    from nbgrader.api import Gradebook
+
     with Gradebook(db_url(course)) as gb:
         gb.update_or_create_student(result.student)
         sub = gb.update_or_create_submission(result.assignment, result.student, timestamp=result.timestamp)
@@ -333,10 +374,6 @@ def _merge(course: Path, result: Result) -> None:
             for c in nb.comments:
                 c.auto_comment = result.comments.get((nb.name, c.name))
         gb.db.commit()
-    if dest.exists():
-        shutil.rmtree(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(src, dest)
 
 
 def _unchanged_written_answers(old_dir: Path, new_dir: Path) -> set[tuple[str, str]]:
@@ -464,12 +501,18 @@ def main(argv: list[str] | None = None) -> int:
                       isolate=isolate) for i, (s, a) in enumerate(todo)]
         for result in graded_in_workers(tasks, args.jobs):
             key = (result.student, result.assignment)
-            if result.error:
+            if result.error and result.graders_fault:
+                failed[key] = f"{result.error} (the grader's fault: any previous grade is kept); log: {result.log}"
+            elif result.error:
                 failed[key] = f"{result.error}; log: {result.log}"
                 record_failure(course, *key)
             else:
-                merge(course, result)
-            print(f"  {result.student}/{result.assignment}: {'FAILED' if result.error else 'graded'}", flush=True)
+                try:
+                    merge(course, result)
+                except Exception as exc:   # noqa: BLE001 -- the grader could not record it: keep the old grade
+                    failed[key] = (f"the grade could not be recorded ({type(exc).__name__}: {str(exc)[:200]}; the "
+                                   f"grader's fault: any previous grade is kept)")
+            print(f"  {result.student}/{result.assignment}: {'FAILED' if key in failed else 'graded'}", flush=True)
             shutil.rmtree(result.scratch, ignore_errors=True)
     finally:
         shutil.rmtree(batch, ignore_errors=True)

@@ -9,8 +9,11 @@ survives a regrade while the written answer is unchanged.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -262,6 +265,36 @@ def test_regrading_is_idempotent_parallel_equals_sequential_and_keeps_manual_gra
     assert "pending" not in row and "1.5 / 2" in row, f"the table should show the manual grade, not pending: {row}"
     feedback = next((course / "feedback" / "perfect" / ASSIGNMENT).glob("*.html")).read_text(encoding="utf-8")
     assert "awaiting grading" not in feedback and "1.5 / 2" in feedback, "feedback should show the manual grade"
+
+
+def test_a_failure_of_the_graders_own_keeps_the_previous_grade_and_feedback(graded_class):
+    """A regrade whose kernel cannot start (here: a Python path that shadows ipykernel's launcher with one that
+    exits, as an interpreter or venv the grading account cannot reach does) is the grader's fault: the student's
+    earlier grade, feedback and CSV row stay exactly as they were, and the table says FAILED with the reason."""
+    course, _, _ = graded_class
+    student = "perfect"
+    before = cell_scores(course, student, ASSIGNMENT)
+    assert full(exercise_points(course, student)), "the first grading run should have given full marks"
+    feedback = next((course / "feedback" / student / ASSIGNMENT).glob("*.html"))
+    feedback_before = feedback.read_bytes()
+    csv = course / "grades" / "grades.csv"
+    row_before = next(ln for ln in csv.read_text(encoding="utf-8").splitlines() if f",{student}," in ln)
+    broken = course / "broken_kernel"            # inside the course: the sandbox shows the course, read-only
+    broken.mkdir()
+    (broken / "ipykernel_launcher.py").write_text("raise SystemExit('this kernel cannot start')\n", encoding="utf-8")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "autograder.grade", "--course-dir", str(course), "--assignment",
+                               ASSIGNMENT, "--student", student, "--jobs", "1"], capture_output=True, text=True,
+                              cwd=course, env={**os.environ, "PYTHONPATH": str(broken)})
+    finally:
+        shutil.rmtree(broken)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    row = next(ln for ln in proc.stdout.splitlines() if ln.startswith(f"{student} "))
+    assert "FAILED" in row and "previous grade is kept" in row, row
+    assert cell_scores(course, student, ASSIGNMENT) == before, "a failure of the grader's own must not change the grade"
+    assert feedback.read_bytes() == feedback_before, "nor the feedback the student has"
+    row_after = next(ln for ln in csv.read_text(encoding="utf-8").splitlines() if f",{student}," in ln)
+    assert row_after == row_before, f"nor the grades CSV: {row_before!r} became {row_after!r}"
 
 
 def test_the_hub_configuration_loads_and_names_the_course_groups():
