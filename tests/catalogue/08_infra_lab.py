@@ -122,8 +122,18 @@ def throughput(history, skip=1):
     return float(sum(tokens[skip:]) / sum(times[skip:]))
 
 
-def compare_curves(fp32, bf16, fp32_other_seed):
-    a, b, c = fp32["loss"], bf16["loss"], fp32_other_seed["loss"]
+class OtherInitTrainer(Trainer):
+    def __init__(self, cfg, init_seed, logger=None):
+        super().__init__(cfg, logger=logger)
+        self.init_seed = init_seed
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(init_seed)
+            initial = GPT(cfg.model).state_dict()
+        self.raw_model.load_state_dict(initial)
+
+
+def compare_curves(fp32, bf16, fp32_other_init):
+    a, b, c = fp32["loss"], bf16["loss"], fp32_other_init["loss"]
     if not len(a) == len(b) == len(c):
         raise ValueError("the curves have different lengths")
     noise = sum(abs(x - z) for x, z in zip(a, c)) / len(a)
@@ -277,6 +287,23 @@ class CosineTrainer(Trainer):
                                                "    return float(sum(rates) / len(rates))")},
     "throughput_no_validation": {"bf16": _swap(BF16_OK, "    if skip < 0 or skip >= len(tokens):\n"
                                                "        raise ValueError(f\"skip must be in [0, {len(tokens)}), got {skip}\")\n", "")},
+    # the other initialisation: a seed for both (other batches), the run's random stream replaced, a re-init that
+    # draws in another order than GPT(cfg.model), a logger dropped
+    "other_init_changes_batches_too": {"bf16": _swap(BF16_OK, "        super().__init__(cfg, logger=logger)\n        self.init_seed",
+                                                     "        super().__init__(dataclasses.replace(cfg, seed=init_seed), logger=logger)\n"
+                                                     "        self.init_seed")},
+    "other_init_no_fork_rng": {"bf16": _swap(BF16_OK, """        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(init_seed)
+            initial = GPT(cfg.model).state_dict()""", """        torch.manual_seed(init_seed)
+        initial = GPT(cfg.model).state_dict()""")},
+    "other_init_reinit_in_place": {"bf16": _swap(BF16_OK, """        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(init_seed)
+            initial = GPT(cfg.model).state_dict()
+        self.raw_model.load_state_dict(initial)""", """        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(init_seed)
+            self.raw_model._init_weights()""")},
+    "other_init_drops_logger": {"bf16": _swap(BF16_OK, "        super().__init__(cfg, logger=logger)\n        self.init_seed",
+                                              "        super().__init__(cfg)\n        self.init_seed")},
     "compare_max_not_mean": {"bf16": _swap(_swap(BF16_OK,
         "noise = sum(abs(x - z) for x, z in zip(a, c)) / len(a)", "noise = max(abs(x - z) for x, z in zip(a, c))"),
         "gap = sum(abs(y - x) for x, y in zip(a, b)) / len(a)", "gap = max(abs(y - x) for x, y in zip(a, b))")},
@@ -305,8 +332,8 @@ class CompileTrainer(Trainer):
 
 # Correct, but written differently from the reference: logging in two calls, the schedule by phases with a
 # clamp up front, a guard through math.isfinite and a poison on the last parameter, an audit by state_dict copies,
-# a sweep that sorts by (loss, lr) through sorted(), throughput with math.fsum, a compile that keeps its status
-# in one update.
+# a sweep that sorts by (loss, lr) through sorted(), throughput with math.fsum, the other initialisation drawn before
+# Trainer.__init__ and copied tensor by tensor, a compile that keeps its status in one update.
 ALTERNATIVE = {
     "logged_trainer": '''
 class LoggedTrainer(Trainer):
@@ -405,12 +432,23 @@ def throughput(history, skip=1):
     return math.fsum(history["tokens"][skip:]) / math.fsum(history["step_time"][skip:])
 
 
-def compare_curves(fp32, bf16, fp32_other_seed):
-    lengths = {len(fp32["loss"]), len(bf16["loss"]), len(fp32_other_seed["loss"])}
+class OtherInitTrainer(Trainer):
+    def __init__(self, cfg, init_seed, logger=None):
+        torch.manual_seed(init_seed)                      # drawn first: Trainer.__init__ then seeds the run itself
+        start = copy.deepcopy(GPT(cfg.model).state_dict())
+        super().__init__(cfg, logger=logger)
+        with torch.no_grad():
+            for name, tensor in self.raw_model.state_dict().items():
+                tensor.copy_(start[name])
+        self.init_seed = init_seed
+
+
+def compare_curves(fp32, bf16, fp32_other_init):
+    lengths = {len(fp32["loss"]), len(bf16["loss"]), len(fp32_other_init["loss"])}
     if len(lengths) != 1:
         raise ValueError(f"curves of different lengths {lengths}")
     ref = torch.tensor(fp32["loss"], dtype=torch.float64)
-    noise = (ref - torch.tensor(fp32_other_seed["loss"], dtype=torch.float64)).abs().mean().item()
+    noise = (ref - torch.tensor(fp32_other_init["loss"], dtype=torch.float64)).abs().mean().item()
     gap = (torch.tensor(bf16["loss"], dtype=torch.float64) - ref).abs().mean().item()
     return {"noise": noise, "gap": gap, "agree": gap <= noise}
 ''',
