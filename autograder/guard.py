@@ -28,7 +28,8 @@ MODULES = (
     "torch.nn.functional", "torch.nn.init", "torch.nn.utils", "torch.nn.utils.clip_grad", "torch.optim",
     "torch.optim.lr_scheduler", "torch.amp", "torch.amp.grad_scaler", "torch.linalg", "torch.testing",
     "lion_pytorch", "autograder.checks", "trainkit", "trainkit.models", "trainkit.data",
-    "trainkit.gpt", "trainkit.corpus", "trainkit.runlog", "trainkit.train",
+    "trainkit.gpt", "trainkit.corpus", "trainkit.runlog", "trainkit.train", "trainkit.train_config",
+    "trainkit.checkpoint",
 )
 # Classes whose methods a submission could patch to make comparisons pass.
 CLASSES = (

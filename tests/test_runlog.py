@@ -153,3 +153,36 @@ def test_the_logger_works_with_the_network_unavailable(tmp_path):
     assert offline == "True", "the namespace still reached the network: the test proves nothing"
     assert same == "True", f"wandb and TensorBoard read back differently without a network: {done.stdout}"
     assert done.stderr == "", done.stderr
+
+
+@pytest.mark.parametrize("backend", ["wandb", "tensorboard"])
+def test_flush_puts_every_logged_step_on_disk_before_a_kill(backend, tmp_path):
+    """What the trainer relies on before each checkpoint: after flush() returns, a SIGKILL loses nothing logged so
+    far. (Without it wandb offline writes its file every 15 s and loses the steps since; the trainer lost 37-48.)"""
+    script = textwrap.dedent(f"""
+        import os, signal
+        from trainkit.runlog import RunLogger
+        log = RunLogger({backend!r}, dir={str(tmp_path)!r})
+        print(log.path, flush=True)
+        for step in range(150):
+            log.log({{"train/loss": 1.0 / (step + 1)}}, step=step)
+        log.flush()
+        os.kill(os.getpid(), signal.SIGKILL)     # without the flush: wandb loses the last step, TensorBoard a few
+    """)
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == -9, done.stderr
+    steps = [s for s, _ in read_series(done.stdout.strip())["train/loss"]]
+    assert steps == list(range(150)), f"{backend}: steps on disk after flush() and a kill: {steps[:3]}..{steps[-3:]}"
+
+
+def test_flush_ends_the_step(tmp_path):
+    """wandb drops values logged to a step it has written; every back end refuses them instead, so no run differs."""
+    with RunLogger("none", dir=tmp_path) as log:
+        log.flush()                                   # nothing logged yet: a no-op
+        log.log({"train/loss": 1.0}, step=3)
+        log.flush()
+        with pytest.raises(ValueError, match="step 3 was flushed: flush\\(\\) ends a step"):
+            log.log({"val/loss": 2.0}, step=3)
+        log.log({"train/loss": 0.5}, step=4)          # later steps are fine
+    assert log.history == {"train/loss": [(3, 1.0), (4, 0.5)]}

@@ -71,6 +71,7 @@ class RunLogger:
         self.history: Series = {}
         self.path: Path | None = None     # the run's directory on disk (None for "none")
         self.last_step: int | None = None
+        self._flushed_step: int | None = None
         self._run = self._writer = None
         self.closed = False
         if backend == "wandb":
@@ -85,11 +86,14 @@ class RunLogger:
         import wandb
 
         self.dir.mkdir(parents=True, exist_ok=True)
+        # x_transaction_log_flush_interval: wandb's service writes the run's .wandb file every 15 s by default, so a
+        # crash loses up to 15 s of steps; flush() below waits for the next write, 0.1 s away instead
         settings = wandb.Settings(silent=True, console="off", x_disable_stats=True, x_disable_meta=True,
-                                  disable_git=True, save_code=False)
+                                  disable_git=True, save_code=False, x_transaction_log_flush_interval=0.1)
         self._run = wandb.init(mode="offline", dir=str(self.dir), project=project, name=self.name,
                                config=self.config, settings=settings, reinit="create_new")
         self.path = Path(self._run.settings.sync_dir)
+        self._wandb_scan = (7, None)    # flush(): where to read the .wandb file on from, the last step found so far
 
     def _open_tensorboard(self) -> None:
         from torch.utils.tensorboard import SummaryWriter
@@ -112,6 +116,9 @@ class RunLogger:
         if self.last_step is not None and step < self.last_step:
             raise ValueError(f"step {step} is smaller than the last logged step {self.last_step}: "
                              "log against the optimiser step, which never goes back")
+        if step == self._flushed_step:
+            raise ValueError(f"step {step} was flushed: flush() ends a step (wandb drops values logged to a step it "
+                             "has written); log at a later step")
         values = {str(k): _as_float(k, v) for k, v in metrics.items()}
         for key, value in values.items():
             self.history.setdefault(key, []).append((step, value))
@@ -121,6 +128,28 @@ class RunLogger:
             for key, value in values.items():
                 self._writer.add_scalar(key, value, step, new_style=True, double_precision=True)
         self.last_step = step
+
+    def flush(self, timeout: float = 60.0) -> None:
+        """Put everything logged so far on disk, so that a crash (even SIGKILL) after this returns loses none of it.
+        It ends the current step: log nothing more at ``last_step`` afterwards (later steps are fine). TensorBoard:
+        its writer's flush. wandb (offline): commit the step's row, then wait until the run's .wandb file holds it
+        (read back here; ``TimeoutError`` after ``timeout`` seconds)."""
+        if self.closed or self.last_step is None:
+            return
+        self._flushed_step = self.last_step
+        if self._writer is not None:
+            self._writer.flush()
+        elif self._run is not None:
+            self._run.log({}, step=self.last_step, commit=True)   # wandb holds a step's row until the next step
+            file = self.path / f"run-{self._run.id}.wandb"
+            deadline = time.monotonic() + timeout
+            while True:
+                self._wandb_scan = _scan_wandb_steps(file, *self._wandb_scan)
+                if self._wandb_scan[1] is not None and self._wandb_scan[1] >= self.last_step:
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"wandb did not write step {self.last_step} to {file} within {timeout:.0f} s")
+                time.sleep(0.02)
 
     def close(self) -> None:
         """Flush and close the back end (idempotent). The files are complete once this returns."""
@@ -140,6 +169,38 @@ class RunLogger:
 
     def __repr__(self) -> str:
         return f"RunLogger(backend={self.backend!r}, path={str(self.path) if self.path else None!r})"
+
+
+def _scan_wandb_steps(file: Path, start: int, last: int | None) -> tuple[int, int | None]:
+    """Read a wandb transaction log (.wandb) on from byte ``start`` (where a record begins); return where the
+    records read end and the last history step seen (``last`` if none). The file is LevelDB's log format after a
+    7-byte header: 32 KiB blocks of chunks, each a 7-byte header (CRC, length, type: 1 whole record, 2 first
+    piece, 3 middle, 4 last) and its bytes; a block's last < 7 bytes are padding. Only complete records count."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    block = 32 * 1024
+    with open(file, "rb") as f:
+        f.seek(start)
+        data = f.read()
+    pos, pieces, record_start = start, [], start
+    while True:
+        if block - pos % block < 7:                       # padding at the end of a block
+            pos += block - pos % block
+            continue
+        i = pos - start
+        if i + 7 > len(data):
+            break
+        length, kind = int.from_bytes(data[i + 4:i + 6], "little"), data[i + 6]
+        if kind == 0 or i + 7 + length > len(data):     # not written yet
+            break
+        pieces.append(data[i + 7:i + 7 + length])
+        pos += 7 + length
+        if kind in (1, 4):                                # a record is complete
+            record = pb.Record.FromString(b"".join(pieces))
+            pieces, record_start = [], pos
+            if record.WhichOneof("record_type") == "history":
+                last = record.history.step.num
+    return record_start, last
 
 
 def _sorted(series: Series) -> Series:

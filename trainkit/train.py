@@ -32,12 +32,30 @@ What one optimiser step does (``Trainer.train_step``), in order:
    rank has its data and its last forward done, i.e. until it is ready for the backward pass that syncs gradients.
 Every ``eval_every`` steps (and after the last one) ``evaluate()`` runs in eval mode, without gradients, under the
 same autocast as training, on the same ``eval_batches`` validation batches each time; then the latest checkpoint
-(and the best one, when the validation loss improved) is written atomically (temporary file, fsync, os.replace).
+(and the best one, when the validation loss improved) is written atomically (temporary file, fsync, os.replace),
+with a checksum, once the logger has flushed the steps it covers to disk.
+
+The settings (``TrainConfig``) live in ``trainkit.train_config``, the checkpoint files and the folder's lock in
+``trainkit.checkpoint``; this module exports their names too.
 
 Exact resume: a checkpoint holds the model, the optimiser state, the step, the best validation loss, the history,
 every rank's RNG states and the config; the data order depends only on (seed, step, rank, world_size). On the CPU a
 run stopped once any k optimiser steps have run (``fit(steps=k)``: steps 0..k-1) and resumed (``resume=True``) logs
 bit-identical losses to a run that never stopped; so does a 2-rank run under torchrun.
+
+What the loop refuses, so that it never resumes inexactly without a word nor writes a ruined checkpoint:
+- resuming with a setting that fixes the batches, the model, the optimiser's kind or what "best" compares changed
+  (``MUST_MATCH_ON_RESUME``): one line naming it. Every other setting may change on resume; it applies from the
+  resumed step on (the optimiser's betas, eps and weight decay too) and the manifest records the change;
+- a checkpoint that fails its checksum, cannot be read or holds non-finite weights: resume falls back to
+  ``best.pt`` with a note, or refuses (``trainkit.checkpoint``);
+- a lasting non-finite value: after ``max_consecutive_skips`` skipped steps in a row the run stops
+  (``TrainingStopped``), and no checkpoint is ever written with non-finite weights or optimiser state;
+- a second run in the same ``out_dir`` while one runs (a lock on the folder).
+SIGTERM (a cluster's pre-emption notice) and SIGINT (Ctrl-C) end the step in progress, write ``latest.pt`` and raise
+``Interrupted``; the command line then exits with 128 + the signal's number. Exit codes: 0 done, 2 refused to start
+(one line: bad settings, an unusable out_dir, a checkpoint it cannot resume from), 3 stopped while training (one
+line: lasting non-finite values, a checkpoint write that failed; the last good checkpoint is kept).
 
 On CUDA the Trainer turns TF32 on for the whole process (``torch.backends.cuda.matmul.allow_tf32`` and
 ``torch.backends.cudnn.allow_tf32``): on Ampere and later GPUs its "fp32" matmuls and convolutions are TF32 (10-bit
@@ -48,15 +66,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib.metadata
 import json
 import math
 import os
 import platform
 import random
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
-from dataclasses import dataclass, field
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -65,275 +87,27 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from trainkit.checkpoint import (CHECKPOINT_VERSION, DamagedCheckpoint, OutDirInUse, atomic_save, atomic_write_text,
+                                 first_non_finite, lock_out_dir, open_checkpoint, remove_stale_temporaries, seal)
 from trainkit.corpus import ByteTokenizer, TokenData, load_text, unigram_loss
 from trainkit.device import pick_device
-from trainkit.gpt import GPT, GPTConfig, param_counts
+from trainkit.gpt import GPT, GPTConfig, param_counts  # noqa: F401 -- GPTConfig: exported from here too
+from trainkit.train_config import MAX_STEPS, ConfigError, TrainConfig  # noqa: F401 -- exported from here too
 
-CHECKPOINT_VERSION = 1
-
-
-class ConfigError(ValueError):
-    """A bad configuration: an unknown key, a value of the wrong type or out of range, a missing file."""
-
-
-# --------------------------------------------------------------------------------------------- config
-@dataclass
-class TrainConfig:
-    model: GPTConfig = field(default_factory=GPTConfig.tiny)
-    data: str = "pydoc"            # "pydoc" (pydoc_data.topics, ships with Python) or a path to a UTF-8 text file
-    val_fraction: float = 0.1      # the last 10% of the token stream is validation
-    steps: int = 300               # optimiser steps
-    batch_size: int = 32           # sequences per micro-batch per rank
-    grad_accum: int = 1            # micro-batches per optimiser step
-    lr: float = 3e-3               # peak learning rate
-    min_lr_ratio: float = 0.1      # the schedule ends at lr * min_lr_ratio
-    warmup: int = 30               # linear warmup steps (lr / warmup at step 0, lr at step `warmup`)
-    schedule: str = "cosine"       # "cosine" or "wsd" (warmup, stable, linear decay over the last decay_frac)
-    decay_frac: float = 0.2        # WSD only: the fraction of steps spent decaying
-    optimizer: str = "adamw"       # "adamw" (decay on matrices, none on norm weights) or "lion" (lion-pytorch)
-    betas: tuple[float, float] = (0.9, 0.95)
-    weight_decay: float = 0.1
-    eps: float = 1e-8              # AdamW only
-    max_grad_norm: float = 1.0     # global-norm clip after accumulation (math.inf: measure the norm, never clip)
-    precision: str = "auto"        # "fp32", "bf16" (autocast) or "auto" (bf16 on a GPU that has it, else fp32)
-    compile: bool = False          # torch.compile, falling back to eager (and recording why) where it fails
-    eval_every: int = 100          # evaluate (and write the latest checkpoint) every N steps and after the last
-    eval_batches: int = 8          # validation batches per evaluation (the same ones every time)
-    log_every: int = 1             # log the training series every N steps
-    save_every: int = 0            # also write the latest checkpoint every N steps (0: only at evaluations / end)
-    logger: str = "wandb"          # "wandb" (offline), "tensorboard" or "none"
-    out_dir: str = "runs/capstone"  # checkpoints, manifest and logs
-    seed: int = 0
-    resume: bool = False           # continue from out_dir/latest.pt if it exists
-    device: str = "auto"           # "auto" (trainkit.device.pick_device), "cpu" or "cuda"
-    progress: bool = True          # a tqdm progress bar (written to stdout, a widget in notebooks)
-
-    def __post_init__(self):
-        if isinstance(self.model, dict):
-            try:
-                self.model = GPTConfig(**self.model)
-            except TypeError as e:
-                raise ConfigError(f"model: {e}") from None
-        if isinstance(self.betas, list):
-            self.betas = tuple(self.betas)
-        self.validate()
-
-    # -- presets -------------------------------------------------------------------------------------
-    @classmethod
-    def tiny(cls, **overrides) -> "TrainConfig":
-        """The CPU configuration: GPTConfig.tiny(), 300 steps of 32 x 128 bytes (1.2M tokens), AdamW at 3e-3,
-        warmup 30, cosine to 10%: about a minute on 2 CPU cores."""
-        return cls(**overrides)
-
-    @classmethod
-    def gpu(cls, **overrides) -> "TrainConfig":
-        """The GPU run (``--config auto`` on CUDA), sized for this corpus's 0.42M training bytes rather than for the
-        guide's "1B tokens" (the recipe would read its 655M tokens as about 1 560 epochs, with a 51.4M model that
-        can memorise the text). GPTConfig(n_layer=6, d_model=256, 8 query / 4 key-value heads, d_ff 768, block 256,
-        dropout 0.1): 4.85M parameters (4.72M non-embedding). 1 000 steps of 32 x 256 bytes: 8.19M tokens, 19.5
-        epochs of the training split. AdamW lr 1e-3, betas (0.9, 0.95), weight decay 0.1, warmup 100, cosine to
-        10%, clip 1.0, bf16 autocast where the GPU has native bf16. Compute: 33.4M FLOPs per token (6 N + 12
-        n_layer d_model T), 2.7e14 FLOPs in all: seconds of matmul time at a current GPU's peak, a few minutes
-        even at a T4's 8 TFLOP/s of fp32; small models are launch-bound, so expect well under that peak. Sized by
-        this arithmetic; not yet timed on a GPU in this repository."""
-        base = dict(model=GPTConfig(vocab_size=256, block_size=256, n_layer=6, d_model=256, n_heads_q=8,
-                                    n_heads_kv=4, d_ff=768, tie_weights=True, dropout=0.1),
-                    steps=1000, batch_size=32, grad_accum=1, lr=1e-3, min_lr_ratio=0.1, warmup=100,
-                    betas=(0.9, 0.95), weight_decay=0.1, max_grad_norm=1.0, precision="auto", eval_every=100,
-                    eval_batches=20, log_every=10, out_dir="runs/gpu")
-        return cls(**{**base, **overrides})
-
-    @classmethod
-    def seed_recipe(cls, **overrides) -> "TrainConfig":
-        """The infrastructure guide's recipe: GPTConfig.seed_recipe() (51.4M parameters), 20 000 steps of 32
-        sequences of 1024 tokens (655M tokens), AdamW lr 3e-4, betas (0.9, 0.95), weight decay 0.1, warmup 200,
-        cosine to 10%, clip 1.0, bf16 autocast. Meant for a GPU, and for a corpus of about 1B tokens: on this
-        course's text it is about 1 560 epochs (``gpu()`` is the run that fits the data)."""
-        base = dict(model=GPTConfig.seed_recipe(), steps=20_000, batch_size=32, grad_accum=1, lr=3e-4,
-                    min_lr_ratio=0.1, warmup=200, betas=(0.9, 0.95), weight_decay=0.1, max_grad_norm=1.0,
-                    precision="auto", eval_every=500, eval_batches=20, log_every=10, out_dir="runs/recipe")
-        return cls(**{**base, **overrides})
-
-    @classmethod
-    def for_device(cls, device: torch.device | str | None = None, **overrides) -> "TrainConfig":
-        """``tiny()`` on a CPU, ``gpu()`` on a CUDA GPU."""
-        device = torch.device(device) if device is not None else pick_device()
-        return (cls.gpu if device.type == "cuda" else cls.tiny)(**overrides)
-
-    # -- dict / file / flags ---------------------------------------------------------------------------
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["betas"] = list(self.betas)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict, base: "TrainConfig | None" = None) -> "TrainConfig":
-        """A config from a (possibly nested or partial) dict; keys not given keep ``base``'s values (default:
-        the tiny preset). Unknown keys are an error."""
-        if not isinstance(d, dict):
-            raise ConfigError(f"a config must be a JSON object (a dict), got {type(d).__name__}")
-        merged = (base or cls.tiny()).to_dict()
-        for key, value in d.items():
-            if key == "model":
-                if not isinstance(value, dict):
-                    raise ConfigError("config key 'model' must be an object of model settings")
-                for mkey, mvalue in value.items():
-                    _check_key("model." + mkey)
-                    merged["model"][mkey] = _coerce("model." + mkey, mvalue)
-            else:
-                _check_key(key)
-                merged[key] = _coerce(key, value)
-        return cls(**merged)
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike, base: "TrainConfig | None" = None) -> "TrainConfig":
-        """A config from a JSON (or TOML) file; keys it does not set keep ``base``'s values (default: tiny)."""
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        text = path.read_text()
-        try:
-            if path.suffix == ".toml":
-                import tomllib
-                d = tomllib.loads(text)
-            else:
-                d = json.loads(text)
-        except ValueError as e:
-            raise ConfigError(f"cannot parse config file {path}: {e}") from None
-        return cls.from_dict(d, base=base)
-
-    def with_flags(self, flags: list[str]) -> "TrainConfig":
-        """A copy with ``key=value`` overrides (``lr=1e-3``, ``model.n_layer=2``, ``betas=[0.9,0.99]``)."""
-        d: dict[str, Any] = {}
-        for flag in flags:
-            if "=" not in flag:
-                raise ConfigError(f"--set expects key=value, got {flag!r}")
-            key, raw = flag.split("=", 1)
-            key = key.strip()
-            _check_key(key)
-            value = _parse_value(raw)
-            if key.startswith("model."):
-                d.setdefault("model", {})[key[len("model."):]] = value
-            else:
-                d[key] = value
-        return type(self).from_dict(d, base=self)
-
-    def validate(self) -> None:
-        def need(ok: bool, msg: str):
-            if not ok:
-                raise ConfigError(msg)
-        for name in ("steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "log_every"):
-            value = getattr(self, name)
-            need(_is_int(value) and value >= 1, f"{name} must be an int >= 1, got {value!r}")
-        for name in ("warmup", "save_every", "seed"):
-            value = getattr(self, name)
-            need(_is_int(value) and value >= 0, f"{name} must be an int >= 0, got {value!r}")
-        need(self.warmup < self.steps, f"warmup ({self.warmup}) must be smaller than steps ({self.steps})")
-        need(_is_num(self.lr) and self.lr > 0 and math.isfinite(self.lr), f"lr must be a number > 0, got {self.lr!r}")
-        need(_is_num(self.min_lr_ratio) and 0.0 <= self.min_lr_ratio <= 1.0,
-             f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
-        need(_is_num(self.decay_frac) and 0.0 < self.decay_frac <= 1.0,
-             f"decay_frac must be in (0, 1], got {self.decay_frac!r}")
-        need(_is_num(self.weight_decay) and self.weight_decay >= 0,
-             f"weight_decay must be >= 0, got {self.weight_decay!r}")
-        need(_is_num(self.eps) and self.eps > 0, f"eps must be > 0, got {self.eps!r}")
-        need(_is_num(self.max_grad_norm) and self.max_grad_norm > 0,
-             f"max_grad_norm must be > 0 (math.inf: never clip), got {self.max_grad_norm!r}")
-        need(isinstance(self.betas, tuple) and len(self.betas) == 2 and all(_is_num(b) and 0 <= b < 1 for b in self.betas),
-             f"betas must be two numbers in [0, 1), got {self.betas!r}")
-        need(_is_num(self.val_fraction) and 0 < self.val_fraction < 1,
-             f"val_fraction must be in (0, 1), got {self.val_fraction!r}")
-        choices = dict(schedule=("cosine", "wsd"), optimizer=("adamw", "lion"), precision=("fp32", "bf16", "auto"),
-                       logger=("wandb", "tensorboard", "none"), device=("auto", "cpu", "cuda"))
-        for name, allowed in choices.items():
-            value = getattr(self, name)
-            need(value in allowed, f"{name} must be one of {', '.join(allowed)}; got {value!r}")
-        for name in ("compile", "resume", "progress"):
-            need(isinstance(getattr(self, name), bool), f"{name} must be true or false, got {getattr(self, name)!r}")
-        need(isinstance(self.data, str) and self.data != "", f"data must be 'pydoc' or a file path, got {self.data!r}")
-        need(isinstance(self.model, GPTConfig), f"model must be a GPTConfig, got {type(self.model).__name__}")
-        need(self.model.vocab_size >= ByteTokenizer.vocab_size,
-             f"model.vocab_size ({self.model.vocab_size}) is smaller than the tokenizer's {ByteTokenizer.vocab_size}")
+class TrainingStopped(RuntimeError):
+    """The run stopped itself while training (a lasting non-finite value); the last good checkpoint is kept. The
+    command line prints it as one line and exits with 3."""
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGINT arrived: the step in progress finished and latest.pt was written (``signum`` says which)."""
 
-
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _field_types() -> dict[str, Any]:
-    types = {f.name: f.type for f in dataclasses.fields(TrainConfig) if f.name != "model"}
-    types.update({"model." + f.name: f.type for f in dataclasses.fields(GPTConfig)})
-    return types
-
-
-def _check_key(key: str) -> None:
-    known = _field_types()
-    if key not in known and key != "model":
-        top = sorted(k for k in known if not k.startswith("model.")) + ["model.<field>"]
-        raise ConfigError(f"unknown config key {key!r} (known keys: {', '.join(top)})")
-
-
-def _coerce(key: str, value):
-    """JSON gives ints where floats are meant (lr: 1): accept those; leave everything else to validate()."""
-    typ = str(_field_types()[key])
-    if typ == "float" and _is_int(value):
-        return float(value)
-    if key == "max_grad_norm" and value in ("inf", "Infinity"):
-        return math.inf
-    return value
-
-
-def _parse_value(raw: str):
-    raw = raw.strip()
-    low = raw.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low in ("inf", "infinity"):
-        return math.inf
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw
+    def __init__(self, signum: int, step: int):
+        self.signum, self.step = signum, step
+        super().__init__(f"stopped by {signal.Signals(signum).name} after {step} steps: latest.pt written")
 
 
 # --------------------------------------------------------------------------------------------- helpers
-def atomic_save(obj: Any, path: str | os.PathLike) -> None:
-    """``torch.save`` to a temporary file next to ``path``, fsync it, then ``os.replace`` it over ``path``: a crash
-    at any moment leaves either the old file or the new one, never a torn one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
-    with contextlib.suppress(OSError):  # make the rename itself durable
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _atomic_write_text(text: str, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 NOT_A_GIT_REPOSITORY = "not a git repository"
 
 
@@ -368,16 +142,63 @@ def rank_seeds(seed: int, rank: int) -> dict[str, Any]:
 
 
 def _rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state(),
+    """This process's random states, as tensors and plain numbers (loadable with ``weights_only=True``)."""
+    kind, key, pos, has_gauss, gauss = np.random.get_state()
+    return {"torch": torch.get_rng_state(), "python": random.getstate(),
+            "numpy": {"kind": kind, "key": torch.from_numpy(key.astype(np.int64)), "pos": int(pos),
+                      "has_gauss": int(has_gauss), "gauss": float(gauss)},
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
 
 
 def _set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["key"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
     if state.get("cuda") and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _prepare_out_dir(out_dir: Path) -> None:
+    """Create ``out_dir`` and check that files can be written in it: one line now rather than a traceback at the first
+    checkpoint."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ConfigError(f"out_dir {str(out_dir)!r} is a file, not a folder") from None
+    except NotADirectoryError:
+        raise ConfigError(f"out_dir {str(out_dir)!r} is inside a file, not a folder") from None
+    except OSError as e:
+        raise ConfigError(f"cannot create out_dir {str(out_dir)!r}: {e.strerror}") from None
+    try:
+        with tempfile.TemporaryFile(dir=out_dir):   # the way to know: permissions, a read-only disk, root's rights
+            pass
+    except OSError as e:
+        raise ConfigError(f"out_dir {str(out_dir)!r} is not writable: {e.strerror}") from None
+
+
+def _memory_bytes(device: torch.device) -> int | None:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):   # no sysconf (Windows): no check
+        return None
+
+
+def _check_model_fits(cfg: "TrainConfig", device: torch.device) -> None:
+    """Refuse, in one line, a model whose training state cannot fit in the device's memory, before allocating it
+    (the allocator's own refusal is a traceback; on a CPU a near miss swaps for hours instead)."""
+    with torch.device("meta"):                     # shapes only, no memory
+        one, two = (param_counts(GPT(dataclasses.replace(cfg.model, n_layer=n)))["total"] for n in (1, 2))
+    params = one + (cfg.model.n_layer - 1) * (two - one)   # every block adds the same number of parameters
+    # fp32 weights and gradients, and the optimiser's moments: two for AdamW, one for Lion (activations come on top)
+    need = params * 4 * (4 if cfg.optimizer == "adamw" else 3)
+    have = _memory_bytes(device)
+    if have is not None and need > have:
+        raise ConfigError(f"the model is too large: {params:_} parameters need about {need / 1e9:_.1f} GB for "
+                          f"weights, gradients and optimiser state, and this {device.type} has {have / 1e9:.1f} GB; "
+                          "choose smaller model.* settings")
 
 
 def load_data(cfg: TrainConfig) -> TokenData:
@@ -401,6 +222,35 @@ def load_data(cfg: TrainConfig) -> TokenData:
     return data
 
 
+# On resume, these settings must equal the checkpoint's (the reason is the message's); with another value the resumed
+# run would silently be another run. Every other setting may change: it applies from the resumed step on (the
+# schedule, the optimiser's betas, eps and weight decay, clipping, precision, the cadence of evaluation, checkpoints
+# and logs) and the manifest records it under "changed_on_resume". The data are compared by content.
+MUST_MATCH_ON_RESUME = {
+    "model": "the checkpoint's weights are this model's",
+    "seed": "it fixes every step's batches",
+    "batch_size": "it fixes every step's batches",
+    "grad_accum": "it fixes every step's batches",
+    "val_fraction": "it fixes the split into training and validation text",
+    "optimizer": "the checkpoint's optimiser state belongs to this optimiser",
+    "eval_batches": "best.pt was chosen by validation losses over this many batches",
+}
+
+
+def _flatten(config: dict) -> dict:
+    """{"lr": ..., "model.n_layer": ...}: a config dict with the model's settings as "model.<field>"."""
+    flat = {k: v for k, v in config.items() if k != "model"}
+    flat.update({f"model.{k}": v for k, v in config.get("model", {}).items()})
+    return flat
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 # --------------------------------------------------------------------------------------------- trainer
 class Trainer:
     """The reference loop. Build it from a TrainConfig; ``fit()`` trains and returns the history.
@@ -410,6 +260,10 @@ class Trainer:
 
     logger: a ``trainkit.runlog.RunLogger`` to log into (the caller closes it); default: one of
         ``cfg.logger`` opened by ``fit()`` under ``out_dir`` on rank 0 and closed when ``fit()`` returns.
+
+    The Trainer holds ``out_dir``'s lock (rank 0) from construction until ``close()``, or until it is garbage
+    collected; Trainers of one process may share a folder. ``notes`` lists the one-line remarks of this start (a
+    fallback to best.pt, settings changed on resume, temporaries removed), also printed on rank 0.
     """
 
     def __init__(self, cfg: TrainConfig, logger=None):
@@ -475,8 +329,15 @@ class Trainer:
         if self.eval_batch_size < 1:
             raise ConfigError(f"the val split has {windows['val']} windows of {cfg.model.block_size} tokens, fewer "
                               f"than the {self.world_size} rank(s)")
+        _check_model_fits(cfg, device)
         torch.manual_seed(cfg.seed)                      # the same initial weights on every rank
-        self.raw_model = GPT(cfg.model).to(device)
+        try:
+            self.raw_model = GPT(cfg.model).to(device)
+        except (MemoryError, RuntimeError) as e:   # fits on paper, not in the memory free right now
+            if not isinstance(e, (MemoryError, torch.OutOfMemoryError)) and "allocate" not in str(e):
+                raise
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            raise ConfigError(f"out of memory building the model: {first}") from None
         self.counts = param_counts(self.raw_model)
         self.optimizer = self.build_optimizer()
         self._lr_table = self._build_lr_table()
@@ -496,15 +357,38 @@ class Trainer:
         self.history: dict[str, list] = {k: [] for k in ("step", "loss", "lr", "grad_norm", "skipped", "step_time",
                                                          "tokens", "val_step", "val_loss")}
         self.resumed_from: int | None = None
+        self.resumed_file: str | None = None             # latest.pt, or best.pt where latest.pt was damaged
+        self.resume_changes: dict[str, list] = {}        # setting -> [the checkpoint's value, this run's]
+        self.notes: list[str] = []
         self._latest_saved_at: int | None = None
-        if cfg.resume and (self.out_dir / "latest.pt").is_file():
-            self.load_checkpoint(self.out_dir / "latest.pt")
-            self.resumed_from = self.step
-        self.manifest = self._manifest()
+        self._skips_in_a_row = 0
+        self._stop_signal: int | None = None             # set by SIGTERM / SIGINT while fit() runs
+        self._release_out_dir = lambda: None
+        self._lock_problem: str | None = None
+
+        # -- out_dir: checked, locked, cleaned; resume; manifest ---------------------------------------------
         if self.is_main:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            _atomic_write_text(json.dumps(self.manifest, indent=2, sort_keys=True, default=str) + "\n",
-                               self.out_dir / "manifest.json")
+            _prepare_out_dir(self.out_dir)
+            try:
+                self._release_out_dir, self._lock_problem = lock_out_dir(self.out_dir)
+            except OutDirInUse:
+                raise ConfigError(f"out_dir {cfg.out_dir!r} is in use by another run (it holds the folder's lock); "
+                                  "wait for it to end or choose another out_dir") from None
+            weakref.finalize(self, self._release_out_dir)    # a Trainer nobody closes lets go when collected
+        try:
+            if self.is_main:   # safe while we hold the lock: no other run is writing one
+                removed = remove_stale_temporaries(self.out_dir)
+                if removed:
+                    self.note(f"removed {len(removed)} temporary file(s) of killed runs from {cfg.out_dir} "
+                              f"({sum(size for _, size in removed) / 1e6:.1f} MB)")
+            if cfg.resume:
+                self._resume()
+            self.manifest = self._manifest()
+            if self.is_main:
+                self._write_manifest()
+        except BaseException:
+            self._release_out_dir()
+            raise
 
     # -- parts the lab may override ------------------------------------------------------------------------
     def build_optimizer(self) -> torch.optim.Optimizer:
@@ -684,7 +568,10 @@ class Trainer:
         run, a resumed one included; default ``cfg.steps``; the schedule always spans ``cfg.steps``), and return
         the history: lists "step", "loss", "lr", "grad_norm", "skipped", "step_time", "tokens", and "val_step"
         (the 0-based step after which each evaluation ran), "val_loss". Stopping early writes the latest
-        checkpoint, so ``resume=True`` continues exactly from there."""
+        checkpoint, so ``resume=True`` continues exactly from there.
+
+        Raises ``TrainingStopped`` after ``cfg.max_consecutive_skips`` skipped steps in a row, and ``Interrupted``
+        once the step in progress when SIGTERM or SIGINT arrived has finished and latest.pt holds it."""
         cfg = self.cfg
         end = cfg.steps if steps is None else int(steps)
         if not 0 <= end <= cfg.steps:
@@ -701,35 +588,45 @@ class Trainer:
             bar = tqdm(total=end, initial=self.step, desc="train", file=sys.stdout, dynamic_ncols=True,
                        mininterval=0.5)
         try:
-            while self.step < end:
-                step = self.step
-                stats = self.train_step(step)
-                self.step = step + 1
-                for key in ("loss", "lr", "grad_norm", "skipped", "step_time", "tokens"):
-                    self.history[key].append(stats[key])
-                self.history["step"].append(step)
-                if self.is_main:
-                    self.log_step(step, stats)
-                if self.step % cfg.eval_every == 0 or self.step == cfg.steps:
-                    val = self.evaluate()
-                    self.history["val_step"].append(step)
-                    self.history["val_loss"].append(val)
-                    if self.is_main and self.logger is not None:
-                        self.logger.log({"val/loss": val}, step=step)
-                    if val < self.best_val:
-                        self.best_val = val
-                        self.save_checkpoint(self.out_dir / "best.pt")
-                    self.save_checkpoint(self.out_dir / "latest.pt")
-                elif cfg.save_every and self.step % cfg.save_every == 0:
-                    self.save_checkpoint(self.out_dir / "latest.pt")
-                if bar is not None:
-                    bar.update(1)
-                    post = {"loss": f"{stats['loss']:.3f}"}
-                    if self.history["val_loss"]:
-                        post["val"] = f"{self.history['val_loss'][-1]:.3f}"
-                    bar.set_postfix(post, refresh=False)
-            if self._latest_saved_at != self.step:
-                self.save_checkpoint(self.out_dir / "latest.pt")   # stopped between saves: resumable from here
+            with self._stop_on_signals():
+                while self.step < end:
+                    step = self.step
+                    stats = self.train_step(step)
+                    self.step = step + 1
+                    for key in ("loss", "lr", "grad_norm", "skipped", "step_time", "tokens"):
+                        self.history[key].append(stats[key])
+                    self.history["step"].append(step)
+                    if self.is_main:
+                        self.log_step(step, stats)
+                    # one skipped step is a bad batch; many in a row, a lasting fault (a NaN in a weight or in the
+                    # optimiser state): every later step would be skipped too, so stop
+                    self._skips_in_a_row = self._skips_in_a_row + 1 if stats["skipped"] else 0
+                    if self._skips_in_a_row >= cfg.max_consecutive_skips:
+                        raise TrainingStopped(self._lasting_fault(step))
+                    if self.step % cfg.eval_every == 0 or self.step == cfg.steps:
+                        val = self.evaluate()
+                        self.history["val_step"].append(step)
+                        self.history["val_loss"].append(val)
+                        if self.is_main and self.logger is not None:
+                            self.logger.log({"val/loss": val}, step=step)
+                        if val < self.best_val:
+                            self.best_val = val
+                            self.save_checkpoint(self.out_dir / "best.pt")
+                        self.save_checkpoint(self.out_dir / "latest.pt")
+                    elif cfg.save_every and self.step % cfg.save_every == 0:
+                        self.save_checkpoint(self.out_dir / "latest.pt")
+                    if bar is not None:
+                        bar.update(1)
+                        post = {"loss": f"{stats['loss']:.3f}"}
+                        if self.history["val_loss"]:
+                            post["val"] = f"{self.history['val_loss'][-1]:.3f}"
+                        bar.set_postfix(post, refresh=False)
+                    if self._stop_requested():       # SIGTERM / SIGINT: keep this step, then stop
+                        if self._latest_saved_at != self.step:
+                            self.save_checkpoint(self.out_dir / "latest.pt")
+                        raise Interrupted(self._stop_signal, self.step)
+                if self._latest_saved_at != self.step:
+                    self.save_checkpoint(self.out_dir / "latest.pt")   # stopped between saves: resumable from here
         finally:
             if bar is not None:
                 bar.close()
@@ -737,6 +634,46 @@ class Trainer:
                 self.logger.close()
                 self.logger = None
         return self.history
+
+    def _lasting_fault(self, step: int) -> str:
+        n = self._skips_in_a_row
+        kept = (f"latest.pt keeps step {self._latest_saved_at}, the last finite state" if self._latest_saved_at
+                else "no checkpoint was written")
+        return (f"stopping after step {step}: the last {n} steps ({step - n + 1}..{step}) were all skipped "
+                f"(non-finite gradient norm, max_consecutive_skips={self.cfg.max_consecutive_skips}), so a weight or "
+                f"the optimiser state is not finite or a setting makes it so; {kept}")
+
+    @contextlib.contextmanager
+    def _stop_on_signals(self):
+        """While fit() runs, SIGTERM (a cluster's pre-emption notice) and SIGINT (Ctrl-C, a notebook's interrupt
+        button) ask the loop to stop after the step in progress. A second one stops at once: the checkpoints on
+        disk stay whole (atomic writes). Signal handlers belong to the main thread: elsewhere nothing changes."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def ask_to_stop(signum, frame):
+            if self._stop_signal is not None:
+                raise Interrupted(signum, self.step)
+            self._stop_signal = signum
+
+        self._stop_signal = None
+        previous = {sig: signal.signal(sig, ask_to_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _stop_requested(self) -> bool:
+        flag = self._stop_signal or 0
+        if self.ddp:   # every rank must stop after the same step: they write the checkpoint together
+            t = torch.tensor([float(flag)], device=self.device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            flag = int(t.item())
+        if flag:
+            self._stop_signal = flag
+        return bool(flag)
 
     # -- checkpoints -------------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -750,46 +687,121 @@ class Trainer:
                 "model": self.raw_model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "schedule": {"kind": self.cfg.schedule, "lr_next": self.lr_at(self.step)},
                 "rng": every, "world_size": self.world_size, "history": self.history,
+                "skips_in_a_row": self._skips_in_a_row, "data": self.data.describe(),
                 "config": self.cfg.to_dict(), "compile_status": dict(self.compile_status)}
 
     def save_checkpoint(self, path: str | os.PathLike) -> None:
-        """Write everything needed to resume exactly, atomically; under DDP only rank 0 writes (every rank
-        must call it: the RNG states are gathered)."""
+        """Write everything needed to resume exactly, with its checksum, atomically; under DDP only rank 0 writes
+        (every rank must call it: the RNG states are gathered). The logger is flushed first, so the log on disk
+        holds every step the checkpoint covers. Raises ``TrainingStopped`` rather than write non-finite weights or
+        optimiser state: the file on disk keeps its last finite state."""
+        path = Path(path)
+        bad = first_non_finite(self.raw_model.state_dict(), self.optimizer.state_dict())
+        if bad is not None:   # the same on every rank (DDP keeps the weights equal), so all ranks stop together
+            kept = f"{path.name} on disk keeps its last finite state" if path.exists() else "no file was written"
+            raise TrainingStopped(f"not writing {path.name} after {self.step} steps: {bad} is not finite; {kept}")
         state = self.state_dict()
         if self.is_main:
-            atomic_save(state, path)
-        if Path(path).name == "latest.pt":
+            if self.logger is not None and hasattr(self.logger, "flush"):
+                self.logger.flush()
+            atomic_save(seal(state), path)
+        if path.name == "latest.pt":
             self._latest_saved_at = self.step
         if self.ddp:
             dist.barrier()
 
     def load_checkpoint(self, path: str | os.PathLike) -> None:
-        """Restore a checkpoint written by ``save_checkpoint`` (same model configuration and world size)."""
+        """Restore a checkpoint written by ``save_checkpoint``: it must pass its checks (``open_checkpoint``) and
+        agree with this run on every setting of ``MUST_MATCH_ON_RESUME`` and on the world size."""
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no checkpoint at {path}")
-        state = torch.load(path, map_location=self.device, weights_only=False)
-        if state.get("version") != CHECKPOINT_VERSION:
-            raise ValueError(f"{path}: checkpoint version {state.get('version')!r}, expected {CHECKPOINT_VERSION}")
-        if state["config"]["model"] != self.cfg.model.to_dict():
-            raise ValueError(f"{path} holds a different model configuration: {state['config']['model']}")
-        if state["world_size"] != self.world_size:
-            raise ValueError(f"{path} was written by {state['world_size']} rank(s); this run has {self.world_size}: "
-                             "exact resume needs the same world size")
+        try:
+            state = open_checkpoint(path)
+        except DamagedCheckpoint as e:
+            raise ValueError(f"{path} {e}") from None
+        self._restore(state, path.name)
+
+    def _resume(self) -> None:
+        """resume=True: continue from latest.pt; from best.pt, saying so, when latest.pt cannot be trusted; refuse
+        when neither can; say so when out_dir holds no checkpoint at all."""
+        damaged = []
+        for name in ("latest.pt", "best.pt"):
+            path = self.out_dir / name
+            if not path.exists():
+                continue
+            try:
+                state = open_checkpoint(path)
+            except DamagedCheckpoint as e:
+                damaged.append(f"{name} {e}")
+                continue
+            if damaged:
+                self.note(f"{damaged[0]}; resuming from {name} (step {state['step']}) instead")
+            self._restore(state, name)
+            self.resumed_from, self.resumed_file = self.step, name
+            return
+        if damaged:
+            raise ConfigError(f"cannot resume from {self.cfg.out_dir}: {'; '.join(damaged)}; move the files away "
+                              "to start afresh")
+        self.note(f"resume=true, but {self.cfg.out_dir} holds no checkpoint: starting from step 0")
+
+    def _restore(self, state: dict, name: str) -> None:
+        self._check_resume_settings(state, name)
+        # the checkpoint gives the optimiser's state (moments, step counts); its hyperparameters (lr, betas, eps,
+        # weight decay) are this run's, which load_state_dict would otherwise overwrite with the checkpoint's
+        hyper = [{k: v for k, v in group.items() if k != "params"} for group in self.optimizer.param_groups]
         self.raw_model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        for group, settings in zip(self.optimizer.param_groups, hyper):
+            group.update(settings)
         self.step = int(state["step"])
         self.best_val = float(state["best_val"])
         self.history = state["history"]
+        self._skips_in_a_row = int(state["skips_in_a_row"])
         self._latest_saved_at = self.step
         _set_rng_state(state["rng"][self.rank])
+
+    def _check_resume_settings(self, state: dict, name: str) -> None:
+        """Refuse (one line naming the setting) a resume that would silently be another run; record every other
+        changed setting in ``self.resume_changes`` (and say so)."""
+        if state["world_size"] != self.world_size:
+            raise ConfigError(f"cannot resume from {name}: it was written by {state['world_size']} rank(s) and this "
+                              f"run has {self.world_size}; exact resume needs the same world size")
+        then, now = _flatten(state["config"]), _flatten(self.cfg.to_dict())
+        changes = {}
+        for key in sorted(set(then) | set(now)):
+            old, new = then.get(key), now.get(key)
+            if key == "resume" or old == new:
+                continue
+            why = MUST_MATCH_ON_RESUME.get(key.split(".")[0])
+            if why is not None:
+                raise ConfigError(f"cannot resume from {name}: {key} is {old!r} there and {new!r} here, and a resumed "
+                                  f"run must keep it ({why}); set it back, or start afresh in another out_dir")
+            changes[key] = [old, new]
+        if state["data"]["sha256"] != self.data.sha256():   # the same text under another path is fine
+            raise ConfigError(f"cannot resume from {name}: the data are not the checkpoint's (token sha256 "
+                              f"{state['data']['sha256'][:12]}... there, {self.data.sha256()[:12]}... here)")
+        if self.cfg.steps < state["step"]:
+            raise ConfigError(f"cannot resume from {name}: it has run {state['step']} steps, more than "
+                              f"steps={self.cfg.steps}")
+        self.resume_changes = changes
+        if changes:
+            self.note(f"resuming from {name} with changed settings, applied from step {state['step']} on: "
+                      + ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items()))
+
+    def note(self, message: str) -> None:
+        """Keep a one-line remark about this start in ``notes`` and print it (rank 0, stdout)."""
+        self.notes.append(message)
+        if self.is_main:
+            print(f"note: {message}", flush=True)
 
     # -- manifest -------------------------------------------------------------------------------------------
     def _manifest(self) -> dict:
         on_cuda = self.device.type == "cuda"
         return {"config": self.cfg.to_dict(), "git_sha": git_sha(), "torch": torch.__version__,
                 "python": platform.python_version(), "platform": platform.platform(),
-                "threads": torch.get_num_threads(),
+                "versions": {name: _version(name) for name in ("numpy", "wandb", "tensorboard", "lion-pytorch")},
+                "command": list(sys.argv), "threads": torch.get_num_threads(),
                 # None on a CPU run; "tf32": fp32 matmuls really run as TF32 (turned on above, and the GPU has it)
                 "cuda": torch.version.cuda if on_cuda else None,
                 "cudnn": torch.backends.cudnn.version() if on_cuda else None,
@@ -799,22 +811,54 @@ class Trainer:
                 "seed": self.cfg.seed, "world_size": self.world_size, "device": str(self.device),
                 "precision": self.precision, "compile": dict(self.compile_status), "params": self.counts,
                 "unigram_val_loss": self.unigram_loss, "resumed_from_step": self.resumed_from,
+                "resumed_from_file": self.resumed_file, "changed_on_resume": self.resume_changes,
+                "out_dir_lock": self._lock_problem or "held", "notes": list(self.notes),
                 "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
+    def _write_manifest(self) -> None:
+        """manifest.json: this start's manifest, and under "previous_starts" those of the starts it resumed (oldest
+        first), so a resumed run says what each part of it ran with."""
+        path = self.out_dir / "manifest.json"
+        previous = []
+        if self.resumed_from is not None:
+            try:
+                before = json.loads(path.read_text())
+                previous = before.pop("previous_starts", []) + [before]
+            except (OSError, ValueError, AttributeError):   # missing or unreadable: the history starts here
+                self.note(f"{path.name} of the run resumed from was missing or unreadable: its history is lost")
+        text = json.dumps({**self.manifest, "previous_starts": previous}, indent=2, sort_keys=True, default=str)
+        try:
+            atomic_write_text(text + "\n", path)
+        except OSError as e:   # a full disk, a file-size limit: no temporary is left behind
+            raise ConfigError(f"cannot write {path}: {e.strerror or e}") from None
+
     def close(self) -> None:
-        """Close a logger this Trainer opened and a process group it started."""
+        """Close a logger this Trainer opened and a process group it started; let go of out_dir's lock."""
+        self._close(graceful=True)
+
+    def _close(self, graceful: bool) -> None:
         if self.logger is not None and self._external_logger is None:
             self.logger.close()
             self.logger = None
         if self._owns_process_group and dist.is_initialized():
-            dist.destroy_process_group()
-            self._owns_process_group = False
+            self._end_process_group(graceful)
+        self._release_out_dir()
+
+    def _end_process_group(self, graceful: bool) -> None:
+        # One last barrier, so that no rank tears its connections down while a peer is still in a collective (none
+        # while an exception propagates: the other ranks may never reach it). destroy_process_group() then forgets
+        # the group; gloo's own threads live on (DDP imports torch._dynamo, which keeps the group) until the
+        # interpreter exits, which is why the command line ends a multi-rank run with os._exit (see the end).
+        if graceful:
+            dist.barrier()
+        dist.destroy_process_group()
+        self._owns_process_group = False
 
     def __enter__(self) -> "Trainer":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self._close(graceful=exc_type is None)
 
 
 # --------------------------------------------------------------------------------------------- CLI
@@ -849,10 +893,12 @@ def config_from_args(argv: list[str] | None = None) -> tuple[TrainConfig, int | 
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line. Exit codes: 0 done; 2 refused to start; 3 stopped while training, the last good checkpoint
+    kept; 128 + the signal's number after SIGTERM or SIGINT (latest.pt written). Errors are one line on stderr."""
     try:
         cfg, stop_at = config_from_args(argv)
         trainer = Trainer(cfg)
-    except (ConfigError, ValueError, FileNotFoundError) as e:
+    except (ConfigError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     with trainer:
@@ -860,12 +906,21 @@ def main(argv: list[str] | None = None) -> int:
             c = trainer.counts
             compiled = ("compiled" if trainer.compile_status["active"] else
                         f"eager ({trainer.compile_status['reason']})" if cfg.compile else "eager")
+            resumed = ("" if trainer.resumed_from is None else f" | resumed at step {trainer.resumed_from}"
+                       + ("" if trainer.resumed_file == "latest.pt" else f" (from {trainer.resumed_file})"))
             print(f"device {trainer.device} x {trainer.world_size} | {trainer.precision} | {compiled} | "
                   f"params {c['total'] / 1e6:.2f}M ({c['non_embedding'] / 1e6:.2f}M non-embedding) | "
-                  f"unigram val loss {trainer.unigram_loss:.4f}" +
-                  (f" | resumed at step {trainer.resumed_from}" if trainer.resumed_from is not None else ""))
+                  f"unigram val loss {trainer.unigram_loss:.4f}" + resumed)
         first, t0 = trainer.step, time.perf_counter()
-        trainer.fit(steps=stop_at)
+        try:
+            trainer.fit(steps=stop_at)
+        except (TrainingStopped, OSError) as e:   # OSError: a checkpoint write failed (disk full, file-size limit)
+            print(f"error: {e}", file=sys.stderr)
+            return 3
+        except Interrupted as e:
+            if trainer.is_main:
+                print(f"{e}: resume with --set resume=true", file=sys.stderr)
+            return 128 + e.signum
         if trainer.is_main:
             print(summary_line(trainer, first, time.perf_counter() - t0, stop_at))
     return 0
@@ -893,4 +948,12 @@ def summary_line(trainer: Trainer, first: int, seconds: float, stop_at: int | No
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        # Under torchrun, skip the interpreter's teardown: gloo's threads outlive destroy_process_group() (see
+        # Trainer._end_process_group), and freeing their work while Python is being torn down can abort a rank
+        # (SIGABRT) after a run that finished. Everything is on disk by now (fsynced checkpoints, a closed logger).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
