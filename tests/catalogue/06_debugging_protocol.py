@@ -227,6 +227,35 @@ BUGS = {
             report[name] = "no_grad"
         elif not p.requires_grad:''')},
     "flow_visible_tests_only": {"gradient_flow_report": VISIBLE_ONLY["gradient_flow_report"]},
+    # the spec names the statistic: the largest ABSOLUTE entry (gradients of equal entries cannot tell it apart)
+    "flow_mean_abs_entry": {"gradient_flow_report": _swap(FLOW_OK, "p.grad.abs().max() < threshold",
+                                                          "p.grad.abs().mean() < threshold")},
+    "flow_norm_not_max": {"gradient_flow_report": _swap(FLOW_OK, "p.grad.abs().max() < threshold",
+                                                        "p.grad.norm() < threshold")},
+    "flow_signed_max": {"gradient_flow_report": _swap(FLOW_OK, "p.grad.abs().max() < threshold", "p.grad.max() < threshold")},
+    "flow_nonfinite_only_if_all": {"gradient_flow_report": _swap(FLOW_OK, "not torch.isfinite(p.grad).all()",
+                                                                 "not torch.isfinite(p.grad).any()")},
+    # rule order: a frozen parameter that still holds an old gradient (only trainable ones cleared: a free choice)
+    "flow_frozen_rule_last": {"gradient_flow_report": '''
+def gradient_flow_report(model, compute_loss, threshold=1e-10):
+    for p in model.parameters():
+        if p.requires_grad:
+            p.grad = None
+    compute_loss(model).backward()
+    report = {}
+    for name, p in model.named_parameters():
+        if p.grad is not None and not torch.isfinite(p.grad).all():
+            report[name] = "nonfinite"
+        elif p.grad is not None and p.grad.abs().max() < threshold:
+            report[name] = "vanishing"
+        elif not p.requires_grad:
+            report[name] = "frozen"
+        elif p.grad is None:
+            report[name] = "no_grad"
+    return report
+'''},
+    "flow_shared_listed_twice": {"gradient_flow_report": _swap(FLOW_OK, "model.named_parameters():",
+                                                               "model.named_parameters(remove_duplicate=False):")},
     # --- exercise 3: output_entropy and init_check
     "entropy_log_of_softmax": {"init_check": _swap(INIT_OK, '''    logp = torch.log_softmax(logits, dim=-1)
     p = logp.exp()
@@ -246,6 +275,9 @@ BUGS = {
     "init_restores_top_level_mode_only": {"init_check": _swap(INIT_OK, '''    for m, was_training in modes.items():
         m.train(was_training)''', '''    model.train(modes[model])''')},
     "init_visible_tests_only": {"init_check": VISIBLE_ONLY["init_check"]},
+    # "both ends of the band are ok", tested with losses exactly on an end
+    "init_upper_end_too_high": {"init_check": _swap(INIT_OK, "loss > (1 + tol) * expected", "loss >= (1 + tol) * expected")},
+    "init_lower_end_too_low": {"init_check": _swap(INIT_OK, "loss < (1 - tol) * expected", "loss <= (1 - tol) * expected")},
     # --- exercise 4: diagnose
     "diagnose_ignores_val_nonfinite": {"diagnose": _swap(DIAGNOSE_OK, "math.isfinite(v) for v in train + val",
                                                          "math.isfinite(v) for v in train")},
@@ -273,6 +305,31 @@ BUGS = {
     "diagnose_last_spike_counts": {"diagnose": _swap(DIAGNOSE_OK, "    for i in range(window, len(train)):",
                                                      "    for i in reversed(range(window, len(train))):")},
     "diagnose_visible_tests_only": {"diagnose": VISIBLE_ONLY["diagnose"]},
+    # medians over uneven windows: flat curves cannot tell them from a mean, a lower median or the previous point
+    "diagnose_end_is_mean": {"diagnose": _swap(DIAGNOSE_OK, "end = statistics.median(train[-window:])",
+                                               "end = statistics.mean(train[-window:])")},
+    "diagnose_lower_median": {"diagnose": DIAGNOSE_OK.replace("statistics.median(", "statistics.median_low(")},
+    "diagnose_before_is_previous_point": {"diagnose": _swap(DIAGNOSE_OK, "before = statistics.median(train[i - window:i])",
+                                                            "before = train[i - 1]")},
+    "diagnose_before_window_includes_step": {"diagnose": _swap(DIAGNOSE_OK,
+        "before = statistics.median(train[i - window:i])", "before = statistics.median(train[i - window + 1:i + 1])")},
+    # rule order where two rules match, the overfitting boundary, tuples
+    "diagnose_overfitting_before_both_plateau": {"diagnose": _swap(DIAGNOSE_OK, '''    if end > 0.2 * c:
+        return "both_plateau"
+    if val[-1] - end > 0.25 * c:
+        return "overfitting"''', '''    if val[-1] - end > 0.25 * c:
+        return "overfitting"
+    if end > 0.2 * c:
+        return "both_plateau"''')},
+    "diagnose_overfitting_before_spike": {"diagnose": _swap(DIAGNOSE_OK, '''    end = statistics.median(train[-window:])
+''', '''    end = statistics.median(train[-window:])
+    if end <= 0.2 * c and val[-1] - end > 0.25 * c:     # train good, val bad: checked before the spikes
+        return "overfitting"
+''')},
+    "diagnose_overfitting_inclusive": {"diagnose": _swap(DIAGNOSE_OK, "val[-1] - end > 0.25 * c", "val[-1] - end >= 0.25 * c")},
+    "diagnose_tuple_plus_list": {"diagnose": _swap(DIAGNOSE_OK, '''    train = [float(v) for v in train_curve]
+    val = [float(v) for v in val_curve]''', '''    train = train_curve.tolist() if isinstance(train_curve, torch.Tensor) else train_curve
+    val = val_curve.tolist() if isinstance(val_curve, torch.Tensor) else val_curve''')},
     # --- exercise 5: self-check answers
     "answer_q1_log10": {"answers": _swap(ANSWERS_OK, "math.log(1000)", "math.log10(1000)")},
     "answer_q2_overfit_step": {"answers": _swap(ANSWERS_OK, "q2_step = 2", "q2_step = 1")},

@@ -184,6 +184,8 @@ BUGS = {
     "step_one_based_steps": {"logged_train_step": _swap(STEP_OK, "step=step)", "step=step + 1)")},
     "step_clipped_inclusive": {"logged_train_step": _swap(STEP_OK, "1.0 if norm > max_norm", "1.0 if norm >= max_norm")},
     "step_returns_tensor": {"logged_train_step": _swap(STEP_OK, "    return loss.item()\n", "    return loss.detach()\n")},
+    # steps far from 0: a fresh scheduler's count equals the step only in a run that starts at 0
+    "step_logs_scheduler_count": {"logged_train_step": _swap(STEP_OK, "step=step)", "step=scheduler.last_epoch - 1)")},
     # --- exercise 2: ThroughputMeter
     "meter_counts_warmup": {"throughput": _swap(METER_OK, "if self._stopped > self.warmup_steps:", "if True:")},
     "meter_mean_of_rates": {"throughput": _swap(_swap(METER_OK,
@@ -212,6 +214,9 @@ BUGS = {
             return math.nan
         return self._tokens / self._time if self._time > 0 else math.inf''',
         '''        return self._tokens / self._time if self._counted else math.nan''')},
+    # a clock of whole seconds: stop() returns an int
+    "meter_int_clock_returns_int": {"throughput": _swap(METER_OK, "dt = float(self.clock() - self._t0)",
+                                                        "dt = self.clock() - self._t0")},
     # --- exercise 3: manifest
     "manifest_hash_depends_on_key_order": {"manifest": _swap(MANIFEST_OK, "json.dumps(config, sort_keys=True)",
                                                              "json.dumps(config)")},
@@ -245,6 +250,16 @@ BUGS = {
                 out.append(key)''')},
     "diff_not_recursive": {"manifest": _swap(MANIFEST_OK, "isinstance(a[key], dict) and isinstance(b[key], dict)", "False")},
     "diff_misses_one_sided_keys": {"manifest": _swap(MANIFEST_OK, "for key in set(a) | set(b):", "for key in set(a) & set(b):")},
+    # a staged edit leaves no untracked file and no difference between the working tree and the index
+    "manifest_dirty_misses_staged": {"manifest": _swap(MANIFEST_OK, '''            status = git("status", "--porcelain", "--untracked-files=normal")
+            sha, dirty = head.stdout.strip(), bool(status.stdout.strip()) if status.returncode == 0 else None''',
+        '''            changed = git("diff", "--name-only").stdout.strip()              # edits in the working tree
+            untracked = git("ls-files", "--others", "--exclude-standard").stdout.strip()
+            sha, dirty = head.stdout.strip(), bool(changed or untracked)''')},
+    "manifest_returns_str": {"manifest": _swap(MANIFEST_OK, "    return path\n", "    return str(path)\n")},
+    # 1 and 1.0 are equal under ==, not as JSON text
+    "diff_compares_json_text": {"manifest": _swap(MANIFEST_OK, "        elif a[key] != b[key]:",
+                                                  "        elif json.dumps(a[key]) != json.dumps(b[key]):")},
     # --- exercise 4: rank_order
     "order_seed_plus_rank": {"rank_order": _swap(ORDER_OK, '''    order = np.random.default_rng([seed, epoch]).permutation(n)
     usable = (n // world_size) * world_size
@@ -257,10 +272,38 @@ BUGS = {
     order = np.random.permutation(n)''')},
     "order_keeps_remainder": {"rank_order": _swap(ORDER_OK, "return order[:usable][rank::world_size]",
                                                   "return order[rank::world_size]")},
+    # hand-made mixings of seed and epoch that collide far from 0: (1, 0) and (0, 1000); (1, 0) and (0, 2**16)
+    "order_seed_times_1000": {"rank_order": _swap(ORDER_OK, "default_rng([seed, epoch])", "default_rng(seed * 1000 + epoch)")},
+    "order_seed_shift_16": {"rank_order": _swap(ORDER_OK, "default_rng([seed, epoch])", "default_rng((seed << 16) + epoch)")},
+    "order_empty_float_array": {"rank_order": _swap(ORDER_OK, "    order = np.random",
+                                                    "    if n < world_size:\n        return np.array([])\n    order = np.random")},
     # --- exercise 5: checkpoint
     "ckpt_forgets_numpy_rng": {"checkpoint": _swap(CKPT_OK, "    np.random.set_state(state[\"numpy_rng\"])\n", "")},
     "ckpt_forgets_optimizer": {"checkpoint": _swap(CKPT_OK, "    run.optimizer.load_state_dict(state[\"optimizer\"])\n", "")},
     "ckpt_forgets_data_position": {"checkpoint": _swap(CKPT_OK, "    run.step = state[\"step\"]\n", "")},
+    # the LR schedule matters only when the run is killed during its warm-up
+    "ckpt_forgets_scheduler": {"checkpoint": _swap(CKPT_OK, "    run.scheduler.load_state_dict(state[\"scheduler\"])\n", "")},
+    # failures after torch.save (os.fsync, os.replace) leave the temporary file
+    "ckpt_cleanup_only_around_torch_save": {"checkpoint": _swap(CKPT_OK, '''    try:
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()''', '''    with open(tmp, "wb") as f:
+        try:
+            torch.save(state, f)
+        except BaseException:
+            f.close()
+            tmp.unlink()
+            raise
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)''')},
+    "ckpt_load_returns_state": {"checkpoint": _swap(CKPT_OK, "    random.setstate(state[\"python_rng\"])\n",
+                                                    "    random.setstate(state[\"python_rng\"])\n    return state\n")},
     "ckpt_writes_in_place": {"checkpoint": _swap(CKPT_OK, '''    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
