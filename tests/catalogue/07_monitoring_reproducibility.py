@@ -162,6 +162,22 @@ q3_logged_lr_at_step_0 = 2e-3 / 101
 '''
 
 
+# The reference checkpoint's atomic write and the lines before it: the text several bugs below replace.
+_CKPT_PATHS = '''    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+'''
+_CKPT_ATOMIC_WRITE = '''    try:
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()'''
+
+
 def _swap(source: str, old: str, new: str) -> str:
     """One edit to a correct source; fails loudly if the text to replace is not there exactly once."""
     assert source.count(old) == 1, f"catalogue edit not found exactly once: {old!r}"
@@ -284,15 +300,7 @@ BUGS = {
     # the LR schedule matters only when the run is killed during its warm-up
     "ckpt_forgets_scheduler": {"checkpoint": _swap(CKPT_OK, "    run.scheduler.load_state_dict(state[\"scheduler\"])\n", "")},
     # failures after torch.save (os.fsync, os.replace) leave the temporary file
-    "ckpt_cleanup_only_around_torch_save": {"checkpoint": _swap(CKPT_OK, '''    try:
-        with open(tmp, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()''', '''    with open(tmp, "wb") as f:
+    "ckpt_cleanup_only_around_torch_save": {"checkpoint": _swap(CKPT_OK, _CKPT_ATOMIC_WRITE, '''    with open(tmp, "wb") as f:
         try:
             torch.save(state, f)
         except BaseException:
@@ -304,46 +312,16 @@ BUGS = {
     os.replace(tmp, path)''')},
     "ckpt_load_returns_state": {"checkpoint": _swap(CKPT_OK, "    random.setstate(state[\"python_rng\"])\n",
                                                     "    random.setstate(state[\"python_rng\"])\n    return state\n")},
-    "ckpt_writes_in_place": {"checkpoint": _swap(CKPT_OK, '''    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()''', '''    path.parent.mkdir(parents=True, exist_ok=True)
+    "ckpt_writes_in_place": {"checkpoint": _swap(CKPT_OK, _CKPT_PATHS + _CKPT_ATOMIC_WRITE, '''    path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(state, path)''')},
     "ckpt_no_fsync": {"checkpoint": _swap(CKPT_OK, "            os.fsync(f.fileno())\n", "")},
     "ckpt_no_parent_dir": {"checkpoint": _swap(CKPT_OK, "    path.parent.mkdir(parents=True, exist_ok=True)\n", "")},
-    "ckpt_leaves_temp_on_failure": {"checkpoint": _swap(CKPT_OK, '''    try:
-        with open(tmp, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()''', '''    with open(tmp, "wb") as f:
+    "ckpt_leaves_temp_on_failure": {"checkpoint": _swap(CKPT_OK, _CKPT_ATOMIC_WRITE, '''    with open(tmp, "wb") as f:
         torch.save(state, f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)''')},
-    "ckpt_uses_trainkit_reference": {"checkpoint": _swap(CKPT_OK, '''    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()''', '''    from trainkit.train import atomic_save      # the capstone's own atomic write: correct, but not yours
+    "ckpt_uses_trainkit_reference": {"checkpoint": _swap(CKPT_OK, _CKPT_PATHS + _CKPT_ATOMIC_WRITE, '''    from trainkit.train import atomic_save      # the capstone's own atomic write: correct, but not yours
     atomic_save(state, path)''')},
     # --- exercise 6: self-check answers
     "answer_q1_counts_evaluation": {"answers": _swap(ANSWERS_OK, "q1_tokens_per_s = 10240.0", "q1_tokens_per_s = 32 * 128 * 10 / 6.0")},
