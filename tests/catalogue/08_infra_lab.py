@@ -230,6 +230,9 @@ BUGS = {
                          "grad_norm": float(stats["grad_norm"]), "step_time": float(stats["step_time"]),
                          "tokens_per_s": float(stats["tokens"] / stats["step_time"])}, step=step)''',
                                                 '''        super().log_step(step, stats)''')},
+    # tokens from the config: right only while grad_accum is 1 (and on one rank)
+    "log_tokens_from_cfg": {"logged_trainer": _swap(LOG_OK, 'float(stats["tokens"] / stats["step_time"])',
+                                                    'float(self.cfg.batch_size * self.cfg.model.block_size / stats["step_time"])')},
     # --- exercise 2: CosineTrainer.lr_at
     "cos_zero_at_step_0": {"cosine_trainer": _swap(COSINE_OK, "peak * (1.0 / warmup + (1.0 - 1.0 / warmup) * step / warmup)",
                                                    "peak * step / warmup")},
@@ -258,6 +261,15 @@ class CosineTrainer(Trainer):
                                                                  "if step < self.poison_step:")},
     "skip_poison_always_nan": {"skip_on_nonfinite": _swap(SKIP_OK, "p.grad.view(-1)[0] = self.value",
                                                           "p.grad.view(-1)[0] = math.nan")},
+    "poison_fills_whole_grad": {"skip_on_nonfinite": _swap(SKIP_OK, "p.grad.view(-1)[0] = self.value", "p.grad.fill_(self.value)")},
+    "poison_every_param": {"skip_on_nonfinite": _swap(SKIP_OK, "                    p.grad.view(-1)[0] = self.value\n                return\n",
+                                                      "                    p.grad.view(-1)[0] = self.value\n")},
+    "poison_replaces_grad": {"skip_on_nonfinite": _swap(SKIP_OK, "                    p.grad.view(-1)[0] = self.value\n",
+                                                        "                    poisoned = p.grad.clone()\n"
+                                                        "                    poisoned.view(-1)[0] = self.value\n"
+                                                        "                    p.grad = poisoned\n")},
+    "audit_allclose_params": {"skip_on_nonfinite": _swap(SKIP_OK, "if all(torch.equal(b, p.detach()) for b, p in zip(params_before, params)):",
+                                                         "if all(torch.allclose(b, p.detach()) for b, p in zip(params_before, params)):")},
     "audit_snapshots_references": {"skip_on_nonfinite": _swap(SKIP_OK, "params_before = [p.detach().clone() for p in params]",
                                                               "params_before = [p.detach() for p in params]")},
     "audit_nan_equals_nan": {"skip_on_nonfinite": _swap(SKIP_OK, "if all(torch.equal(b, p.detach()) for b, p in zip(params_before, params)):",
@@ -272,6 +284,11 @@ class CosineTrainer(Trainer):
                                                "        base.lr = lr\n        for k, v in changes.items():\n"
                                                "            setattr(base, k, v)\n        trainer = Trainer(base)\n")},
     "sweep_sorted_lrs": {"lion_sweep": _swap(SWEEP_OK, "    for lr in lrs:\n", "    for lr in sorted(lrs):\n")},
+    "sweep_best_val": {"lion_sweep": _swap(SWEEP_OK, 'float(history["val_loss"][-1])', 'float(min(history["val_loss"]))')},
+    "sweep_first_val": {"lion_sweep": _swap(SWEEP_OK, 'float(history["val_loss"][-1])', 'float(history["val_loss"][0])')},
+    "pick_near_tie_smallest": {"lion_sweep": _swap(SWEEP_OK, "    return min(finite)[1]\n",
+                                                   "    best = min(v for v, _ in finite)\n"
+                                                   "    return min(lr for v, lr in finite if math.isclose(v, best, rel_tol=1e-9))\n")},
     "pick_naive_min": {"lion_sweep": VISIBLE_ONLY["lion_sweep"]},
     "pick_tie_largest": {"lion_sweep": _swap(SWEEP_OK, "return min(finite)[1]",
                                              "best = min(v for v, _ in finite)\n    return max(lr for v, lr in finite if v == best)")},
@@ -282,6 +299,11 @@ class CosineTrainer(Trainer):
     "bf16_only_when_configured": {"bf16": _swap(BF16_OK, "        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)",
                                                 "        if self.cfg.precision != 'bf16':\n            return contextlib.nullcontext()\n"
                                                 "        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)")},
+    "bf16_one_cached_context": {"bf16": _swap(BF16_OK, "        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)",
+                                              "        if getattr(self, '_bf16', None) is None:\n"
+                                              "            self._bf16 = torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)\n"
+                                              "        return self._bf16")},
+    "bf16_fixed_cpu": {"bf16": _swap(BF16_OK, "device_type=self.device.type", 'device_type="cpu"')},
     "throughput_mean_of_rates": {"bf16": _swap(BF16_OK, "return float(sum(tokens[skip:]) / sum(times[skip:]))",
                                                "rates = [t / s for t, s in zip(tokens[skip:], times[skip:])]\n"
                                                "    return float(sum(rates) / len(rates))")},
@@ -317,6 +339,15 @@ class CosineTrainer(Trainer):
     "compile_default_backend": {"compile_trainer": _swap(COMPILE_OK, "torch.compile(model, backend=self.compile_backend)",
                                                          "torch.compile(model)")},
     "compile_reason_without_type": {"compile_trainer": _swap(COMPILE_OK, 'f"{type(error).__name__}: {error}"', "str(error)")},
+    "compile_catches_runtime_error_only": {"compile_trainer": _swap(COMPILE_OK, "except Exception as error:", "except RuntimeError as error:")},
+    "compile_grads_left_after_failure": {"compile_trainer": _swap(COMPILE_OK, "        except Exception as error:\n"
+                                                                  "            self.optimizer.zero_grad(set_to_none=True)\n",
+                                                                  "        except Exception as error:\n")},
+    "compile_falls_back_to_raw_model": {"compile_trainer": _swap(COMPILE_OK, "            return model\n", "            return self.raw_model\n")},
+    "compile_compiles_raw_model": {"compile_trainer": _swap(COMPILE_OK, "torch.compile(model, ", "torch.compile(self.raw_model, ")},
+    "compile_trial_without_autocast": {"compile_trainer": _swap(COMPILE_OK, "            with self.autocast():\n"
+                                                                "                _, loss = compiled(x, y)\n",
+                                                                "            _, loss = compiled(x, y)\n")},
     "compile_calls_super": {"compile_trainer": '''
 class CompileTrainer(Trainer):
     compile_backend = "inductor"
