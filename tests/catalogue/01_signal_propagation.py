@@ -308,6 +308,9 @@ def kaiming_normal_(tensor, a=0.0, mode="fan_in", nonlinearity="leaky_relu", gen
         "        return tensor.uniform_(-bound, bound, generator=generator)",
         "        if generator is not None:\n            torch.manual_seed(generator.initial_seed())\n"
         "        return tensor.uniform_(-bound, bound)")},
+    # without a generator it draws from a fixed generator of its own: every call the same numbers, global seed ignored
+    "kaiming_no_generator_fixed_numbers": {"kaiming": KAIMING_OK.replace(
+        "    with torch.no_grad():\n", "    generator = generator or torch.Generator().manual_seed(0)\n    with torch.no_grad():\n")},
     # --- exercise 4: xavier
     "xavier_fan_in_only": {"xavier": '''
 def xavier_normal_(tensor, gain=1.0, generator=None):
@@ -363,6 +366,8 @@ def xavier_uniform_(tensor, gain=1.0, generator=None):
                                                         "tensor.uniform_(-bound, bound)")},
     "xavier_uniform_not_under_no_grad": {"xavier": swap(XAVIER_OK, '''    with torch.no_grad():
         return tensor.uniform_(-bound, bound, generator=generator)''', '''    return tensor.uniform_(-bound, bound, generator=generator)''')},
+    "xavier_no_generator_fixed_numbers": {"xavier": XAVIER_OK.replace(
+        "    with torch.no_grad():\n", "    generator = generator or torch.Generator().manual_seed(0)\n    with torch.no_grad():\n")},
     # --- exercise 5: activation_stats
     "stats_hooks_never_removed": {"activation_stats": '''
 def activation_stats(model, x):
@@ -434,6 +439,30 @@ def activation_stats(model, x):
             model(x)
 ''', '''        model(x)
 ''')},
+    # walks named_children() recursively: right for every container, but a model without children records nothing
+    "stats_leaf_model_not_recorded": {"activation_stats": '''
+def activation_stats(model, x):
+    records, handles = [], []
+    def make_hook(name):
+        def hook(module, inputs, output):
+            records.append((name, output.mean().item(), output.std().item()))
+        return hook
+    def walk(module, prefix):
+        for name, child in module.named_children():
+            full = f"{prefix}.{name}" if prefix else name
+            if next(child.children(), None) is None:
+                handles.append(child.register_forward_hook(make_hook(full)))
+            else:
+                walk(child, full)
+    try:
+        walk(model, "")
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return records
+'''},
     # --- exercise 6: init_gpt
     "gpt_residual_scale_sqrt_L": {"init_gpt": '''
 def init_gpt_(model, std=0.02, zero_head=False):
@@ -542,6 +571,12 @@ def init_gpt_(model, std=0.02, zero_head=False):
                     m.bias.zero_()''', '''                m.weight.fill_(1.0)
                 m.bias.zero_()''')},
     "gpt_only_attention_c_proj_scaled": {"init_gpt": swap(GPT_OK, 'name.endswith("c_proj")', 'name.endswith("attn.c_proj")')},
+    # new Parameter objects for the LayerNorms: right values, but an optimizer built before holds the old ones
+    "gpt_new_layernorm_parameters": {"init_gpt": swap(GPT_OK, '''                m.weight.fill_(1.0)
+                if m.bias is not None:
+                    m.bias.zero_()''', '''                m.weight = nn.Parameter(torch.ones_like(m.weight))
+                if m.bias is not None:
+                    m.bias = nn.Parameter(torch.zeros_like(m.bias))''')},
     "gpt_new_parameters_untie_head": {"init_gpt": swap(GPT_OK, "                m.weight.normal_(0.0, s)\n",
                                                        "                m.weight = nn.Parameter(torch.randn_like(m.weight) * s)\n")},
     "gpt_tied_zero_head_refused_too_late": {"init_gpt": swap(swap(GPT_OK, '''    if zero_head and model.cfg.tie_weights:

@@ -230,6 +230,10 @@ def warmup_cosine_lambdalr(optimizer, warmup_steps, total_steps, min_lr_ratio=0.
     "scale_visible_tests_only": {"scaled_lr": VISIBLE_ONLY["scaled_lr"]},
     "scale_rejects_zero_base_lr": {"scaled_lr": swap(SCALED_OK, "base_lr < 0", "base_lr <= 0")},
     "scale_rejects_sqrt_above_one": {"scaled_lr": swap(SCALED_OK, "sqrt_above < 1", "sqrt_above <= 1")},
+    # checks sqrt_above only where the hybrid rule uses it
+    "scale_sqrt_above_checked_for_hybrid_only": {"scaled_lr": swap(swap(SCALED_OK,
+        " or sqrt_above < 1:", ":"),
+        "    if rule == \"hybrid\":\n", "    if rule == \"hybrid\":\n        if sqrt_above < 1:\n            raise ValueError(\"sqrt_above\")\n")},
     "scale_default_sqrt_above_ignored": {"scaled_lr": swap(SCALED_OK, 'rule="linear", sqrt_above=8.0):',
                                                            'rule="linear", sqrt_above=4.0):')},
     # --- exercise 6: self-check answers

@@ -313,6 +313,11 @@ class GuardedStep:
         return False
 '''},
     "guard_visible_tests_only": {"guarded_step": VISIBLE_ONLY["guarded_step"]},
+    # the detector asked about the wrong number: the loss, or the norm after clipping (at most max_norm)
+    "guard_detector_sees_the_loss": {"guarded_step": _swap(GUARD_OK, "self.detector.is_anomaly(self.last_grad_norm)",
+                                                           "self.detector.is_anomaly(float(loss))")},
+    "guard_detector_sees_the_clipped_norm": {"guarded_step": _swap(GUARD_OK, "self.detector.is_anomaly(self.last_grad_norm)",
+                                                                   "self.detector.is_anomaly(min(self.last_grad_norm, float(self.max_norm)))")},
     "guard_clips_first_param_group_only": {"guarded_step": _swap(GUARD_OK,
         '        params = [p for group in self.optimizer.param_groups for p in group["params"]]',
         '        params = self.optimizer.param_groups[0]["params"]')},

@@ -375,6 +375,22 @@ def build_param_groups(model, weight_decay, decay_embeddings=False):
         'return [{"params": no_decay, "weight_decay": 0.0}, {"params": decay, "weight_decay": weight_decay}]')},
 
     "groups_visible_tests_only": {"param_groups": VISIBLE_ONLY["param_groups"]},
+    # the embedding rule checked before the frozen one: a frozen embedding table lands in the no-decay group
+    "groups_frozen_embedding_kept": {"param_groups": '''
+def build_param_groups(model, weight_decay, decay_embeddings=False):
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    decay, no_decay = [], []
+    for p in model.parameters():
+        if id(p) in embeddings:
+            (decay if decay_embeddings else no_decay).append(p)
+        elif not p.requires_grad:
+            continue
+        elif p.dim() >= 2:
+            decay.append(p)
+        else:
+            no_decay.append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+'''},
     "groups_default_decays_embeddings": {"param_groups": _groups("decay_embeddings=False):", "decay_embeddings=True):")},
     "groups_frozen_filtered_for_matrices_only": {"param_groups": _groups(
         "        if not p.requires_grad:\n            continue\n        if p.dim() >= 2 and",
