@@ -67,25 +67,45 @@ def init_check(model, x, y, tol=0.1):
 '''
 
 DIAGNOSE_OK = '''
-def diagnose(train_curve, val_curve, chance_loss, window=5):
-    train = [float(v) for v in train_curve]
-    val = [float(v) for v in val_curve]
-    if len(train) < 2 * window or len(val) < 2:
-        raise ValueError("too short")
+def diagnose(curves):
+    train = [float(v) for v in curves.train_loss]
+    val = [float(v) for v in curves.val_loss]
     if not all(math.isfinite(v) for v in train + val):
         return "nan"
-    c = chance_loss
+    scale = curves.baseline - curves.reference
+    window = 10
+    end = statistics.median(train[-max(window, len(train) // 10):])
+    for i in range(2 * window, len(train) - window):
+        recent = train[i - 2 * window:i]
+        before = statistics.median(recent[-window:])
+        changes = [b - a for a, b in zip(recent, recent[1:])]
+        centre = statistics.median(changes)
+        noise = 1.4826 * statistics.median(abs(d - centre) for d in changes)
+        if train[i] - before > max(0.5 * scale, 6 * noise):
+            return "spike_recovers" if end <= before + 0.25 * scale else "spike_stays"
+    last = val[-1]
+    if last - end > 0.3 * scale and end < curves.reference + 0.1 * scale:
+        return "overfitting"
+    if last >= curves.baseline - 0.15 * scale:
+        return "chance_plateau"
+    if last > curves.reference + 0.25 * scale:
+        return "both_plateau"
+    return "healthy"
+'''
+
+# Lesson 6's failure table as it stands: thresholds in units of the baseline, calibrated on the digits. Right on the
+# digits, wrong wherever the reachable loss is far above 0 (the noisy regression, the byte model).
+DIAGNOSE_ABSOLUTE = '''
+def diagnose(curves):
+    train, val = list(curves.train_loss), list(curves.val_loss)
+    if not all(math.isfinite(v) for v in train + val):
+        return "nan"
+    c, window = curves.baseline, 5
     end = statistics.median(train[-window:])
     for i in range(window, len(train)):
         before = statistics.median(train[i - window:i])
         if train[i] > before + c / 2:
-            if i >= len(train) - window:
-                raise ValueError("spike too late")
-            if end <= before + c / 4:
-                return "spike_recovers"
-            if end >= before + c / 2:
-                return "spike_stays"
-            raise ValueError("ambiguous")
+            return "spike_recovers" if end <= before + c / 4 else "spike_stays"
     if end >= 0.8 * c:
         return "chance_plateau"
     if end > 0.2 * c:
@@ -147,34 +167,7 @@ def init_check(model, x, y, tol=0.1):
     verdict = "too_high" if loss > (1 + tol) * expected else "too_low" if loss < (1 - tol) * expected else "ok"
     return {"expected": expected, "loss": loss, "entropy": output_entropy(logits).item(), "verdict": verdict}
 ''',
-    "diagnose": '''
-def diagnose(train_curve, val_curve, chance_loss, window=5):
-    train = [float(v) for v in train_curve]
-    val = [float(v) for v in val_curve]
-    if len(train) < 10 or len(val) < 2:
-        raise ValueError("too short")
-    if not all(math.isfinite(v) for v in train):
-        return "nan"
-    c = chance_loss
-    end = statistics.median(train[-5:])
-    for i in range(5, len(train)):
-        before = statistics.median(train[i - 5:i])
-        if train[i] > before + c / 2:
-            if i >= len(train) - 5:
-                raise ValueError("spike too late")
-            if end <= before + c / 4:
-                return "spike_recovers"
-            if end >= before + c / 2:
-                return "spike_stays"
-            raise ValueError("ambiguous")
-    if end >= 0.8 * c:
-        return "chance_plateau"
-    if end > 0.2 * c:
-        return "both_plateau"
-    if val[-1] - end > 0.25 * c:
-        return "overfitting"
-    return "healthy"
-''',
+    "diagnose": DIAGNOSE_ABSOLUTE,
 }
 
 
@@ -278,58 +271,32 @@ def gradient_flow_report(model, compute_loss, threshold=1e-10):
     # "both ends of the band are ok", tested with losses exactly on an end
     "init_upper_end_too_high": {"init_check": _swap(INIT_OK, "loss > (1 + tol) * expected", "loss >= (1 + tol) * expected")},
     "init_lower_end_too_low": {"init_check": _swap(INIT_OK, "loss < (1 - tol) * expected", "loss <= (1 - tol) * expected")},
-    # --- exercise 4: diagnose
-    "diagnose_ignores_val_nonfinite": {"diagnose": _swap(DIAGNOSE_OK, "math.isfinite(v) for v in train + val",
-                                                         "math.isfinite(v) for v in train")},
-    "diagnose_strict_chance_threshold": {"diagnose": _swap(DIAGNOSE_OK, "if end >= 0.8 * c:", "if end > 0.8 * c:")},
-    "diagnose_no_late_spike_error": {"diagnose": _swap(DIAGNOSE_OK, '''            if i >= len(train) - window:
-                raise ValueError("spike too late")
-''', "")},
-    "diagnose_ambiguous_spike_stays": {"diagnose": _swap(DIAGNOSE_OK, '''            if end >= before + c / 2:
-                return "spike_stays"
-            raise ValueError("ambiguous")''', '''            return "spike_stays"''')},
-    "diagnose_gap_from_val_minimum": {"diagnose": _swap(DIAGNOSE_OK, "if val[-1] - end > 0.25 * c:",
-                                                        "if val[-1] - min(val) > 0.25 * c:")},
-    "diagnose_short_curves_healthy": {"diagnose": _swap(DIAGNOSE_OK, '''    if len(train) < 2 * window or len(val) < 2:
-        raise ValueError("too short")
-''', '''    if len(train) < 2 * window or len(val) < 2:
-        return "healthy"
-''')},
-    "diagnose_nan_before_length_check": {"diagnose": _swap(_swap(DIAGNOSE_OK, '''    if not all(math.isfinite(v) for v in train + val):
-        return "nan"
-''', ""), '''    val = [float(v) for v in val_curve]
-''', '''    val = [float(v) for v in val_curve]
-    if not all(math.isfinite(v) for v in train + val):
-        return "nan"
-''')},
-    "diagnose_last_spike_counts": {"diagnose": _swap(DIAGNOSE_OK, "    for i in range(window, len(train)):",
-                                                     "    for i in reversed(range(window, len(train))):")},
-    "diagnose_visible_tests_only": {"diagnose": VISIBLE_ONLY["diagnose"]},
-    # medians over uneven windows: flat curves cannot tell them from a mean, a lower median or the previous point
-    "diagnose_end_is_mean": {"diagnose": _swap(DIAGNOSE_OK, "end = statistics.median(train[-window:])",
-                                               "end = statistics.mean(train[-window:])")},
-    "diagnose_lower_median": {"diagnose": DIAGNOSE_OK.replace("statistics.median(", "statistics.median_low(")},
-    "diagnose_before_is_previous_point": {"diagnose": _swap(DIAGNOSE_OK, "before = statistics.median(train[i - window:i])",
-                                                            "before = train[i - 1]")},
-    "diagnose_before_window_includes_step": {"diagnose": _swap(DIAGNOSE_OK,
-        "before = statistics.median(train[i - window:i])", "before = statistics.median(train[i - window + 1:i + 1])")},
-    # rule order where two rules match, the overfitting boundary, tuples
-    "diagnose_overfitting_before_both_plateau": {"diagnose": _swap(DIAGNOSE_OK, '''    if end > 0.2 * c:
-        return "both_plateau"
-    if val[-1] - end > 0.25 * c:
-        return "overfitting"''', '''    if val[-1] - end > 0.25 * c:
-        return "overfitting"
-    if end > 0.2 * c:
-        return "both_plateau"''')},
-    "diagnose_overfitting_before_spike": {"diagnose": _swap(DIAGNOSE_OK, '''    end = statistics.median(train[-window:])
-''', '''    end = statistics.median(train[-window:])
-    if end <= 0.2 * c and val[-1] - end > 0.25 * c:     # train good, val bad: checked before the spikes
-        return "overfitting"
-''')},
-    "diagnose_overfitting_inclusive": {"diagnose": _swap(DIAGNOSE_OK, "val[-1] - end > 0.25 * c", "val[-1] - end >= 0.25 * c")},
-    "diagnose_tuple_plus_list": {"diagnose": _swap(DIAGNOSE_OK, '''    train = [float(v) for v in train_curve]
-    val = [float(v) for v in val_curve]''', '''    train = train_curve.tolist() if isinstance(train_curve, torch.Tensor) else train_curve
-    val = val_curve.tolist() if isinstance(val_curve, torch.Tensor) else val_curve''')},
+    # --- exercise 1: diagnose (read real runs)
+    "diagnose_visible_tests_only": {"diagnose": DIAGNOSE_ABSOLUTE},
+    # levels against the baseline alone: a task whose reachable loss is high looks stuck
+    "diagnose_ignores_reference": {"diagnose": _swap(DIAGNOSE_OK, "    scale = curves.baseline - curves.reference\n",
+                                                     "    scale = curves.baseline\n    curves = dataclasses.replace(curves, reference=0.0)\n")},
+    # a spike is a jump from the previous point: minibatch noise of the regression and byte runs counts as spikes
+    "diagnose_spike_from_previous_point": {"diagnose": _swap(DIAGNOSE_OK, "        if train[i] - before > max(0.5 * scale, 6 * noise):",
+                                                             "        before = train[i - 1]\n        if train[i] - before > 0.25 * scale:")},
+    # a jump judged against the learnable range only, never against the run's own noise: right on every visible
+    # run, wrong on the unseen runs with small minibatches, whose noise reaches half the range
+    "diagnose_spike_ignores_noise": {"diagnose": _swap(DIAGNOSE_OK, "max(0.5 * scale, 6 * noise)", "0.5 * scale")},
+    # the validation curve alone: evaluations every 20 steps miss most of a spike, and train vs val is lost
+    "diagnose_validation_only": {"diagnose": _swap(DIAGNOSE_OK, "    train = [float(v) for v in curves.train_loss]\n",
+                                                   "    train = [float(v) for v in curves.val_loss for _ in range(20)]\n")},
+    # memorises the visible runs: perfect on them, near chance on unseen ones
+    "diagnose_memorises_visible_runs": {"diagnose": '''
+_SEEN = {tuple(run.curves.train_loss): run.label for run in load_visible()}
+
+
+def diagnose(curves):
+    return _SEEN.get(tuple(curves.train_loss), "healthy")
+'''},
+    # the label's position in LABELS instead of the label
+    "diagnose_returns_index": {"diagnose": _swap(DIAGNOSE_OK, "def diagnose(curves):\n",
+                                                 "def diagnose(curves):\n    return LABELS.index(_diagnose(curves))\n\n\n"
+                                                 "def _diagnose(curves):\n")},
     # --- exercise 5: self-check answers
     "answer_q1_log10": {"answers": _swap(ANSWERS_OK, "math.log(1000)", "math.log10(1000)")},
     "answer_q2_overfit_step": {"answers": _swap(ANSWERS_OK, "q2_step = 2", "q2_step = 1")},
@@ -397,33 +364,34 @@ def init_check(model, x, y, tol=0.1):
     verdict = "too_high" if loss > hi else ("too_low" if loss < lo else "ok")
     return dict(expected=math.log(n), loss=loss, entropy=ent, verdict=verdict)
 ''',
+    # statistics rather than rules of thumb: progress as a fraction of the learnable range (baseline -> reference),
+    # a spike as a jump of many robust standard deviations (MAD of the step-to-step changes)
     "diagnose": '''
-def diagnose(train_curve, val_curve, chance_loss, window=5):
-    t = torch.as_tensor([float(v) for v in train_curve], dtype=torch.float64)
-    v = torch.as_tensor([float(u) for u in val_curve], dtype=torch.float64)
-    if t.numel() < 2 * window or v.numel() < 2:
-        raise ValueError("curves too short to diagnose")
-    if not (torch.isfinite(t).all() and torch.isfinite(v).all()):
+def diagnose(curves):
+    train = torch.tensor([float(v) for v in curves.train_loss], dtype=torch.float64)
+    val = torch.tensor([float(v) for v in curves.val_loss], dtype=torch.float64)
+    if not (torch.isfinite(train).all() and torch.isfinite(val).all()):
         return "nan"
-    c = float(chance_loss)
-    def med(xs):
-        return statistics.median(xs.tolist())
-    end = med(t[-window:])
-    jumps = [i for i in range(window, t.numel()) if float(t[i]) > med(t[i - window:i]) + c / 2]
-    if jumps:
-        i = jumps[0]
-        before = med(t[i - window:i])
-        if i + window >= t.numel():
-            raise ValueError("the spike is too recent")
-        if end - before <= c / 4:
-            return "spike_recovers"
-        if end - before >= c / 2:
-            return "spike_stays"
-        raise ValueError("partly recovered: ambiguous")
-    for label, hit in [("chance_plateau", end >= 0.8 * c), ("both_plateau", end > 0.2 * c),
-                       ("overfitting", float(v[-1]) - end > 0.25 * c)]:
-        if hit:
-            return label
+    span = curves.baseline - curves.reference
+
+    def progress(x):
+        return (curves.baseline - x) / span              # 0 at the baseline, 1 at the reference
+
+    steps = train[1:] - train[:-1]
+    noise = float((steps - steps.median()).abs().median()) * 1.4826 + 1e-12
+    for i in range(10, len(train) - 10):
+        level = float(train[i - 10:i].median())
+        jump = float(train[i]) - level
+        if jump > 6 * noise and jump > 0.4 * span:
+            after = float(train[-20:].median())
+            return "spike_recovers" if progress(after) > progress(level) - 0.25 else "spike_stays"
+    p_val, p_train = progress(float(val[-1])), progress(float(train[-20:].median()))
+    if p_train > 0.95 and p_train - p_val > 0.3:
+        return "overfitting"
+    if p_val < 0.12:
+        return "chance_plateau"
+    if p_val < 0.8:
+        return "both_plateau"
     return "healthy"
 ''',
     "answers": '''

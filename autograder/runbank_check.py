@@ -1,0 +1,95 @@
+"""Instructor side of lab 6's bank of runs: which runs show their planted cause plainly, and the stored visible bank.
+
+``shows_cause(run)`` is the bank's quality bar, not a diagnosis: it knows the planted cause (and where a spike was
+planted) and checks, with margins, that the curves show it. A run that does not is never graded: the visible bank
+refuses to store one (``build_visible``), and lab 6's hidden test leaves such an unseen run out. It lives here, not
+in ``trainkit`` (which students have), because with it a student could try each label and keep the one it accepts.
+
+    python -m autograder.runbank_check build     # retrain the 42 visible runs into trainkit/runbank_visible.json
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+import torch
+
+from trainkit import runbank
+
+
+def _noise(train) -> float:
+    """A robust standard deviation of the minibatch noise: the MAD of step-to-step changes, / sqrt 2."""
+    steps = [b - a for a, b in zip(train, train[1:])]
+    middle = statistics.median(steps)
+    return 1.4826 * statistics.median(abs(d - middle) for d in steps) / math.sqrt(2)
+
+
+def _jump_size(train, scale) -> float:
+    """How far a loss must rise above its recent level to be a spike: half the learnable range, and far out of the
+    minibatch noise."""
+    return max(0.5 * scale, 8 * _noise(train))
+
+
+def _first_jump(train, scale, window=10):
+    """(index, level before) of the first step whose loss exceeds the median of the previous `window` by a jump."""
+    size = _jump_size(train, scale)
+    for i in range(window, len(train)):
+        before = statistics.median(train[i - window:i])
+        if train[i] - before > size:
+            return i, before
+    return None, None
+
+
+def shows_cause(run: runbank.BankRun) -> bool:
+    """Whether the curves show the planted cause with a clear margin (runs that do not are left out of the bank)."""
+    c = run.curves
+    train, val = list(c.train_loss), list(c.val_loss)
+    finite = all(math.isfinite(v) for v in train + val)
+    if run.label == "nan":
+        return not finite
+    if not finite:
+        return False
+    scale = c.baseline - c.reference          # the part of the loss a sound run learns away
+    n = len(train)
+    end = statistics.median(train[-n // 10:])
+    if run.label.startswith("spike"):
+        at = int(round(run.spec["at"] * n))          # where the spike was planted
+        before, peak = statistics.median(train[at - 10:at]), max(train[at:at + 5])
+        if peak - before < _jump_size(train[:at], scale) or at > 0.85 * n:
+            return False
+        if run.label == "spike_recovers":
+            return end <= before + 0.1 * scale and val[-1] <= c.reference + 0.3 * scale
+        return end >= before + 0.5 * scale
+    if _first_jump(train, scale)[0] is not None:
+        return False
+    if run.label == "healthy":
+        return val[-1] <= c.reference + 0.15 * scale and val[-1] - min(val) < 0.1 * scale
+    if run.label == "chance_plateau":                 # a model may memorise a little: training ends a bit lower
+        return val[-1] >= c.baseline - 0.1 * scale and end >= c.baseline - 0.4 * scale
+    if run.label == "both_plateau":
+        return c.reference + 0.3 * scale <= val[-1] <= c.baseline - 0.25 * scale
+    if run.label == "overfitting":
+        return end <= c.reference and val[-1] >= c.reference + 0.2 * scale
+    raise ValueError(run.label)
+
+
+def build_visible(path: Path = runbank.VISIBLE_FILE) -> list[runbank.BankRun]:
+    """Train the visible runs and store them; refuses to store a run that does not show its cause."""
+    runs = [runbank.make_run(spec) for spec in runbank.visible_specs()]
+    unclear = [r.spec for r in runs if not shows_cause(r)]
+    if unclear:
+        raise SystemExit(f"these runs do not show their cause clearly; change their settings: {unclear}")
+    path.write_text(json.dumps({"version": 1, "runs": [runbank.to_record(r) for r in runs]}, separators=(",", ":")) + "\n")
+    return runs
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["build"]:
+        raise SystemExit("usage: python -m autograder.runbank_check build   (retrain trainkit/runbank_visible.json)")
+    torch.set_num_threads(1)
+    made = build_visible()
+    print(f"stored {len(made)} runs in {runbank.VISIBLE_FILE}")
