@@ -232,3 +232,29 @@ def param_counts(model: nn.Module) -> dict:
         else:
             non_embedding += p.numel()
     return {"embedding": embedding, "non_embedding": non_embedding, "total": embedding + non_embedding}
+
+
+@torch.no_grad()
+def sample(model: GPT, tokenizer=None, prompt: str = "The ", n_new: int = 240, temperature: float = 0.8,
+           seed: int = 0) -> str:
+    """``prompt`` and ``n_new`` tokens sampled after it at ``temperature``, decoded by ``tokenizer`` (by default the
+    capstone's ``ByteTokenizer``).
+
+    The draws come from a private generator seeded with ``seed``, so sampling in the middle of a run leaves the run's
+    own random state (dropout, data) untouched; the model's train/eval mode is restored after.
+    """
+    if tokenizer is None:
+        from trainkit.corpus import ByteTokenizer
+
+        tokenizer = ByteTokenizer()
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    generator = torch.Generator(device=device).manual_seed(seed)
+    idx = tokenizer.encode(prompt)[None].to(device)
+    for _ in range(n_new):
+        logits, _ = model(idx[:, -model.cfg.block_size:])
+        probs = torch.softmax(logits[:, -1].float() / temperature, dim=-1)
+        idx = torch.cat([idx, torch.multinomial(probs, 1, generator=generator)], dim=1)
+    model.train(was_training)
+    return tokenizer.decode(idx[0])
