@@ -29,7 +29,7 @@ MODULES = (
     "torch.optim.lr_scheduler", "torch.amp", "torch.amp.grad_scaler", "torch.linalg", "torch.testing",
     "lion_pytorch", "autograder.checks", "trainkit", "trainkit.models", "trainkit.data",
     "trainkit.gpt", "trainkit.corpus", "trainkit.runlog", "trainkit.train", "trainkit.train_config",
-    "trainkit.checkpoint", "trainkit.digits", "trainkit.runbank", "autograder.runbank_check",
+    "trainkit.checkpoint", "trainkit.digits", "trainkit.runbank", "trainkit.broken_runs", "autograder.runbank_check",
 )
 # Classes whose methods a submission could patch to make comparisons pass.
 CLASSES = (

@@ -171,6 +171,110 @@ def init_check(model, x, y, tol=0.1):
 }
 
 
+FIX_OK = '''
+def fix_accumulating(data, seed=0, steps=200, width=64):
+    """train_accumulating with its bug fixed."""
+    torch.manual_seed(seed)
+    model = mlp(64, width, 1, 10)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(seed)
+    run, order, pos = Run(), torch.randperm(len(data.y_train), generator=g), 0
+    for step in range(steps + 1):
+        if step % 20 == 0 or step == steps:
+            run.val_loss.append(evaluate(model, data.x_val, data.y_val)[0])
+            run.val_steps.append(step)
+        if step == steps:
+            break
+        if pos + 64 > len(order):
+            order, pos = torch.randperm(len(data.y_train), generator=g), 0
+        idx, pos = order[pos:pos + 64], pos + 64
+        loss = F.cross_entropy(model(data.x_train[idx]), data.y_train[idx])
+        opt.zero_grad(set_to_none=True)          # the bug: gradients were never cleared, so every step added up
+        loss.backward()                          # all the gradients of the run so far
+        opt.step()
+        run.train_loss.append(loss.item())
+    return model, run
+
+
+def fix_dropout_at_eval(data, seed=0, steps=200, width=64):
+    """train_dropout_at_eval with its bug fixed."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Dropout(0.5), nn.Linear(width, 10))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(seed)
+    run, order, pos = Run(), torch.randperm(len(data.y_train), generator=g), 0
+    for step in range(steps + 1):
+        if step % 20 == 0 or step == steps:
+            run.val_loss.append(evaluate(model, data.x_val, data.y_val)[0])   # the bug: dropout was on at evaluation
+            run.val_steps.append(step)
+        if step == steps:
+            break
+        if pos + 64 > len(order):
+            order, pos = torch.randperm(len(data.y_train), generator=g), 0
+        idx, pos = order[pos:pos + 64], pos + 64
+        model.train()
+        loss = F.cross_entropy(model(data.x_train[idx]), data.y_train[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        run.train_loss.append(loss.item())
+    model.eval()
+    return model, run
+
+
+def fix_broadcast_loss(data, seed=0, steps=200, width=64):
+    """train_broadcast_loss with its bug fixed."""
+    torch.manual_seed(seed)
+    model = mlp(8, width, 1, 1, activation="tanh")
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(seed)
+    run, order, pos = Run(), torch.randperm(len(data.y_train), generator=g), 0
+    for step in range(steps + 1):
+        if step % 20 == 0 or step == steps:
+            with torch.no_grad():
+                model.eval()
+                run.val_loss.append(F.mse_loss(model(data.x_val).squeeze(-1), data.y_val).item())
+                model.train()
+            run.val_steps.append(step)
+        if step == steps:
+            break
+        if pos + 64 > len(order):
+            order, pos = torch.randperm(len(data.y_train), generator=g), 0
+        idx, pos = order[pos:pos + 64], pos + 64
+        prediction = model(data.x_train[idx]).squeeze(-1)          # the bug: (64, 1) - (64,) broadcast to (64, 64),
+        loss = ((prediction - data.y_train[idx]) ** 2).mean()       # a loss that only the mean can minimise
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        run.train_loss.append(loss.item())
+    return model, run
+
+
+def fix_sorted_batches(data, seed=0, steps=200, width=64):
+    """train_sorted_batches with its bug fixed."""
+    torch.manual_seed(seed)
+    model = mlp(64, width, 1, 10)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(seed)
+    run, order, pos = Run(), torch.randperm(len(data.y_train), generator=g), 0   # the bug: batches of one class
+    for step in range(steps + 1):
+        if step % 20 == 0 or step == steps:
+            run.val_loss.append(evaluate(model, data.x_val, data.y_val)[0])
+            run.val_steps.append(step)
+        if step == steps:
+            break
+        if pos + 64 > len(order):
+            order, pos = torch.randperm(len(data.y_train), generator=g), 0         # reshuffled every epoch
+        idx, pos = order[pos:pos + 64], pos + 64
+        loss = F.cross_entropy(model(data.x_train[idx]), data.y_train[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        run.train_loss.append(loss.item())
+    return model, run
+'''
+
+
 def _swap(source: str, old: str, new: str) -> str:
     """One edit to a correct source; fails loudly if the text to replace is not there exactly once."""
     assert source.count(old) == 1, f"catalogue edit not found exactly once: {old!r}"
@@ -271,6 +375,28 @@ def gradient_flow_report(model, compute_loss, threshold=1e-10):
     # "both ends of the band are ok", tested with losses exactly on an end
     "init_upper_end_too_high": {"init_check": _swap(INIT_OK, "loss > (1 + tol) * expected", "loss >= (1 + tol) * expected")},
     "init_lower_end_too_low": {"init_check": _swap(INIT_OK, "loss < (1 - tol) * expected", "loss <= (1 - tol) * expected")},
+    # --- exercise 5: fix four broken runs (each loses only its own script's test cell)
+    # the accumulation left in: the script as it was
+    "fix_accumulating_unfixed": {"fix_runs": _swap(FIX_OK, "        opt.zero_grad(set_to_none=True)          # the bug: gradients were never cleared, so every step added up\n", "")},
+    # the gradients cleared between backward and step: nothing is ever applied
+    "fix_accumulating_zero_grad_after_backward": {"fix_runs": _swap(FIX_OK,
+        "        opt.zero_grad(set_to_none=True)          # the bug: gradients were never cleared, so every step added up\n"
+        "        loss.backward()                          # all the gradients of the run so far\n",
+        "        loss.backward()\n        opt.zero_grad(set_to_none=True)\n")},
+    # eval mode only for the model handed back: the curve was still measured with dropout on
+    "fix_dropout_eval_only_at_the_end": {"fix_runs": _swap(FIX_OK,
+        "            run.val_loss.append(evaluate(model, data.x_val, data.y_val)[0])   # the bug: dropout was on at evaluation\n",
+        "            with torch.no_grad():\n                run.val_loss.append(F.cross_entropy(model(data.x_val), data.y_val).item())\n")},
+    # the symptom treated: a smaller learning rate, the broadcast kept
+    "fix_broadcast_lower_lr": {"fix_runs": _swap(_swap(FIX_OK, "        prediction = model(data.x_train[idx]).squeeze(-1)          # the bug",
+                                                       "        prediction = model(data.x_train[idx])          # the bug"),
+                                                 "opt = torch.optim.AdamW(model.parameters(), lr=3e-3)", "opt = torch.optim.AdamW(model.parameters(), lr=3e-4)")},
+    # still grouped by class, only in the other order
+    "fix_sorted_descending": {"fix_runs": _swap(_swap(FIX_OK,
+        "    run, order, pos = Run(), torch.randperm(len(data.y_train), generator=g), 0   # the bug: batches of one class\n",
+        "    run, order, pos = Run(), torch.argsort(data.y_train, descending=True, stable=True), 0\n"),
+        "            order, pos = torch.randperm(len(data.y_train), generator=g), 0         # reshuffled every epoch\n",
+        "            pos = 0\n")},
     # --- exercise 1: diagnose (read real runs)
     "diagnose_visible_tests_only": {"diagnose": DIAGNOSE_ABSOLUTE},
     # levels against the baseline alone: a task whose reachable loss is high looks stuck
@@ -304,6 +430,84 @@ def diagnose(curves):
 }
 
 ALTERNATIVE = {
+    # other fixes of the same bugs: zero_grad() without set_to_none, eval()/train() around a hand-written evaluation,
+    # F.mse_loss on flattened predictions, a DataLoader that reshuffles every epoch
+    "fix_runs": '''
+def _digits_loop(model, data, seed, steps, lr, evaluate_fn):
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    loader = DataLoader(TensorDataset(data.x_train, data.y_train), batch_size=64, shuffle=True, drop_last=True,
+                        generator=torch.Generator().manual_seed(seed))
+    run, batches = Run(), iter(())
+    for step in range(steps + 1):
+        if step % 20 == 0 or step == steps:
+            run.val_loss.append(evaluate_fn(model))
+            run.val_steps.append(step)
+        if step == steps:
+            break
+        batch = next(batches, None)
+        if batch is None:
+            batches = iter(loader)
+            batch = next(batches)
+        x, y = batch
+        model.train()
+        loss = F.cross_entropy(model(x), y)
+        model.zero_grad()
+        loss.backward()
+        opt.step()
+        run.train_loss.append(float(loss))
+    return model, run
+
+
+def _val_in_eval_mode(data):
+    def measure(model):
+        model.eval()
+        with torch.no_grad():
+            value = F.cross_entropy(model(data.x_val), data.y_val).item()
+        model.train()
+        return value
+    return measure
+
+
+def fix_accumulating(data, seed=0, steps=200, width=64):
+    torch.manual_seed(seed)
+    return _digits_loop(mlp(64, width, 1, 10), data, seed, steps, 1e-3, _val_in_eval_mode(data))
+
+
+def fix_dropout_at_eval(data, seed=0, steps=200, width=64):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Dropout(0.5), nn.Linear(width, 10))
+    model, run = _digits_loop(model, data, seed, steps, 1e-3, _val_in_eval_mode(data))
+    return model.eval(), run
+
+
+def fix_broadcast_loss(data, seed=0, steps=200, width=64):
+    torch.manual_seed(seed)
+    model = mlp(8, width, 1, 1, activation="tanh")
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(seed)
+    run, order, pos = Run(), torch.randperm(len(data.y_train), generator=g), 0
+    for step in range(steps + 1):
+        if step % 20 == 0 or step == steps:
+            with torch.no_grad():
+                run.val_loss.append(F.mse_loss(model(data.x_val).view(-1), data.y_val).item())
+            run.val_steps.append(step)
+        if step == steps:
+            break
+        if pos + 64 > len(order):
+            order, pos = torch.randperm(len(data.y_train), generator=g), 0
+        idx, pos = order[pos:pos + 64], pos + 64
+        loss = F.mse_loss(model(data.x_train[idx]).view(-1), data.y_train[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        run.train_loss.append(loss.item())
+    return model, run
+
+
+def fix_sorted_batches(data, seed=0, steps=200, width=64):
+    torch.manual_seed(seed)
+    return _digits_loop(mlp(64, width, 1, 10), data, seed, steps, 1e-3, _val_in_eval_mode(data))
+''',
     "overfit_one_batch": '''
 def overfit_one_batch(model, loader, loss_fn=F.cross_entropy, steps=200, lr=1e-3):
     if not steps >= 1:

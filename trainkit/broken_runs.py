@@ -1,0 +1,140 @@
+"""Four small training scripts, each with one planted bug of the kinds lesson 6's protocol finds (lab 6).
+
+Each ``train_*`` function is a whole training script: it builds its model, trains it on a task's data and returns
+``(model, run)`` with the curves in a ``trainkit.digits.Run``. Each runs without an error and prints nothing; each
+has exactly one bug, and its curves are worse than they should be. Read them, run the protocol on them, and write
+the fixed script.
+
+    from trainkit.broken_runs import SCRIPTS, task_data
+    model, run = SCRIPTS["accumulating"](task_data("digits"), seed=0)
+
+Each script is whole on purpose, as a script in a real repository is: the loop is repeated in each, so that one
+can be read top to bottom without the others. All four share one signature: ``(data, seed=0, steps=200, width=64) -> (model, run)``; ``data`` is a
+``DigitsSplit`` (``task_data`` builds the digits or the regression task of ``trainkit.runbank``).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from trainkit.digits import DigitsSplit, Run, evaluate, load_digits_split
+from trainkit.models import mlp
+
+
+def task_data(task: str, data_seed: int = 0) -> DigitsSplit:
+    """The digits (classification, 10 classes) or the noisy regression of trainkit.runbank (8 inputs, 1 target)."""
+    if task == "digits":
+        return load_digits_split(seed=data_seed)
+    if task == "regression":
+        from trainkit.runbank import _regression_data
+
+        return _regression_data(data_seed)
+    raise ValueError(f"task must be 'digits' or 'regression', got {task!r}")
+
+
+def train_accumulating(data: DigitsSplit, seed: int = 0, steps: int = 200, width: int = 64):
+    """A digits classifier, AdamW at 1e-3, minibatches of 64 reshuffled every epoch."""
+    torch.manual_seed(seed)
+    model = mlp(64, width, 1, 10)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(seed)
+    run, order, pos = Run(), torch.randperm(len(data.y_train), generator=g), 0
+    for step in range(steps + 1):
+        if step % 20 == 0 or step == steps:
+            run.val_loss.append(evaluate(model, data.x_val, data.y_val)[0])
+            run.val_steps.append(step)
+        if step == steps:
+            break
+        if pos + 64 > len(order):
+            order, pos = torch.randperm(len(data.y_train), generator=g), 0
+        idx, pos = order[pos:pos + 64], pos + 64
+        loss = F.cross_entropy(model(data.x_train[idx]), data.y_train[idx])
+        loss.backward()
+        opt.step()
+        run.train_loss.append(loss.item())
+    return model, run
+
+
+def train_dropout_at_eval(data: DigitsSplit, seed: int = 0, steps: int = 200, width: int = 64):
+    """A digits classifier with dropout 0.5, AdamW at 1e-3, minibatches of 64 reshuffled every epoch."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Dropout(0.5), nn.Linear(width, 10))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(seed)
+    run, order, pos = Run(), torch.randperm(len(data.y_train), generator=g), 0
+    for step in range(steps + 1):
+        if step % 20 == 0 or step == steps:
+            with torch.no_grad():
+                run.val_loss.append(F.cross_entropy(model(data.x_val), data.y_val).item())
+            run.val_steps.append(step)
+        if step == steps:
+            break
+        if pos + 64 > len(order):
+            order, pos = torch.randperm(len(data.y_train), generator=g), 0
+        idx, pos = order[pos:pos + 64], pos + 64
+        model.train()
+        loss = F.cross_entropy(model(data.x_train[idx]), data.y_train[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        run.train_loss.append(loss.item())
+    return model, run
+
+
+def train_broadcast_loss(data: DigitsSplit, seed: int = 0, steps: int = 200, width: int = 64):
+    """A regression MLP (8 inputs, one output), mean squared error, AdamW at 3e-3, minibatches of 64."""
+    torch.manual_seed(seed)
+    model = mlp(8, width, 1, 1, activation="tanh")
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(seed)
+    run, order, pos = Run(), torch.randperm(len(data.y_train), generator=g), 0
+    for step in range(steps + 1):
+        if step % 20 == 0 or step == steps:
+            with torch.no_grad():
+                model.eval()
+                run.val_loss.append(F.mse_loss(model(data.x_val).squeeze(-1), data.y_val).item())
+                model.train()
+            run.val_steps.append(step)
+        if step == steps:
+            break
+        if pos + 64 > len(order):
+            order, pos = torch.randperm(len(data.y_train), generator=g), 0
+        idx, pos = order[pos:pos + 64], pos + 64
+        prediction = model(data.x_train[idx])                       # (64, 1)
+        loss = ((prediction - data.y_train[idx]) ** 2).mean()       # targets: (64,)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        run.train_loss.append(loss.item())
+    return model, run
+
+
+def train_sorted_batches(data: DigitsSplit, seed: int = 0, steps: int = 200, width: int = 64):
+    """A digits classifier, AdamW at 1e-3, minibatches of 64 taken in order through the training set."""
+    torch.manual_seed(seed)
+    model = mlp(64, width, 1, 10)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    order = torch.argsort(data.y_train, stable=True)              # the examples, grouped by class
+    run, pos = Run(), 0
+    for step in range(steps + 1):
+        if step % 20 == 0 or step == steps:
+            run.val_loss.append(evaluate(model, data.x_val, data.y_val)[0])
+            run.val_steps.append(step)
+        if step == steps:
+            break
+        if pos + 64 > len(order):
+            pos = 0
+        idx, pos = order[pos:pos + 64], pos + 64
+        loss = F.cross_entropy(model(data.x_train[idx]), data.y_train[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        run.train_loss.append(loss.item())
+    return model, run
+
+
+SCRIPTS = {"accumulating": train_accumulating, "dropout_at_eval": train_dropout_at_eval,
+           "broadcast_loss": train_broadcast_loss, "sorted_batches": train_sorted_batches}
+TASK_OF = {"accumulating": "digits", "dropout_at_eval": "digits", "broadcast_loss": "regression",
+           "sorted_batches": "digits"}
