@@ -27,9 +27,9 @@ def task_data(task: str, data_seed: int = 0) -> DigitsSplit:
     if task == "digits":
         return load_digits_split(seed=data_seed)
     if task == "regression":
-        from trainkit.runbank import _regression_data
+        from trainkit.runbank import regression_data
 
-        return _regression_data(data_seed)
+        return regression_data(data_seed)
     raise ValueError(f"task must be 'digits' or 'regression', got {task!r}")
 
 

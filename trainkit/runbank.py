@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -76,7 +76,6 @@ class BankRun:
     spec: dict
     label: str
     curves: Curves
-    extra: dict = field(default_factory=dict)
 
 
 # --- the three tasks -------------------------------------------------------------------------------------------
@@ -86,12 +85,9 @@ class _Squeeze(nn.Module):
         return x.squeeze(-1)
 
 
-def _mse(prediction, target):
-    return F.mse_loss(prediction, target)
-
-
 @lru_cache(maxsize=8)
-def _regression_data(data_seed: int, n_train: int = 512, n_val: int = 2048, noise: float = 0.7) -> DigitsSplit:
+def regression_data(data_seed: int, n_train: int = 512, n_val: int = 2048, noise: float = 0.7) -> DigitsSplit:
+    """y = teacher(x) + noise: a fixed random tanh network of 8 inputs, its output scaled to variance 1, noise std 0.7."""
     g = torch.Generator().manual_seed(1000 + data_seed)
     teacher = [torch.randn(8, 32, generator=g) / math.sqrt(8), torch.randn(32, generator=g) / math.sqrt(32)]
     x = torch.randn(n_train + n_val, 8, generator=g)
@@ -145,9 +141,9 @@ def _task(task: str, data_seed: int):
         data = load_digits_split(seed=data_seed)
         return data, math.log(10), (lambda w, d: mlp(64, w, d, 10)), F.cross_entropy, dict(lr=1e-3, steps=200, batch_size=64)
     if task == "regression":
-        data = _regression_data(data_seed)
+        data = regression_data(data_seed)
         baseline = float(((data.y_val - data.y_train.mean()) ** 2).mean())
-        return (data, baseline, (lambda w, d: nn.Sequential(mlp(8, w, d, 1, activation="tanh"), _Squeeze())), _mse,
+        return (data, baseline, (lambda w, d: nn.Sequential(mlp(8, w, d, 1, activation="tanh"), _Squeeze())), F.mse_loss,
                 dict(lr=3e-3, steps=200, batch_size=256))
     if task == "bytes":
         data, baseline = _bytes_data(data_seed)
