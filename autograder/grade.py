@@ -40,7 +40,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import sandbox
+from autograder import challenge_check, sandbox
 
 # Assignments are generated into this scratch release folder (not labs/) so grading never rewrites
 # the committed student notebooks; the gradebook gets the same cells and checksums either way.
@@ -163,7 +163,7 @@ def grade_one(course: Path, template: Path, batch: Path, key: str, student: str,
     scratch = batch / "subs" / key
     shutil.copytree(template, scratch)
     shutil.copytree(course / "submitted" / student / assignment, scratch / "submitted" / student / assignment)
-    for d in ("home", "runtime"):
+    for d in ("home", "runtime", "challenge"):
         (scratch / ".grader" / d).mkdir(parents=True)
     log = logs / f"autograde_{student}_{assignment}.log"
     result = Result(student, assignment, scratch, log)
@@ -176,7 +176,8 @@ def grade_one(course: Path, template: Path, batch: Path, key: str, student: str,
         "GradingKernelManager.memory_gb": limits.memory_gb, "GradingKernelManager.cpu_seconds": limits.cpu_seconds,
         "GradingKernelManager.file_mb": limits.file_mb,
         "GradingKernelManager.kernel_env": {"HOME": str(home), "JUPYTER_RUNTIME_DIR": str(scratch / ".grader" / "runtime"),
-                                            "MPLCONFIGDIR": str(home), "WANDB_MODE": "offline", "WANDB_DIR": str(home)},
+                                            "MPLCONFIGDIR": str(home), "WANDB_MODE": "offline", "WANDB_DIR": str(home),
+                                            "TRAINKIT_CHALLENGE_DIR": str(scratch / ".grader" / "challenge")},
     }
     if cell_timeout is not None:
         overrides["Execute.timeout"] = cell_timeout
@@ -211,6 +212,8 @@ def grade_one(course: Path, template: Path, batch: Path, key: str, student: str,
             result.error, result.graders_fault = graders, True
     if not result.error:
         _read_results(result)
+    if not result.error:     # lab 8's challenge: its cells earn at most what the grader's own scoring of the weights gives
+        challenge_check.apply(result, scratch / ".grader" / "challenge")
     return result
 
 
@@ -506,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
             elif result.error:
                 failed[key] = f"{result.error}; log: {result.log}"
                 record_failure(course, *key)
+                (course / "autograded" / result.student / result.assignment / challenge_check.RECORD).unlink(missing_ok=True)
             else:
                 try:
                     merge(course, result)
@@ -537,11 +541,14 @@ def main(argv: list[str] | None = None) -> int:
         status = f"FAILED: {failed[(student, assignment)]}" if (student, assignment) in failed else "ok"
         written = written_column(course, student, assignment)
         print(f"{student:<20} {assignment:<28} {got:>5g} / {out_of:<5g}  {written:<10}  {status}")
+    board = challenge_check.write_leaderboard(course)
     pending = [f"{s}/{a}" for s, a in subs if scores(course, s, a)[2]]
     if pending:
         print(f"\n{len(pending)} submission(s) await manual grading (Formgrader); then `make grade` again "
               "refreshes feedback and the CSV (manual grades are kept).")
     print(f"\nfeedback: {course / 'feedback'}\ngrades:   {csv}\nlogs:     {logs}")
+    if board is not None:
+        print(f"lab 8 challenge leaderboard: {board} (and .html)")
     return 1 if failed else 0
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import nbformat
 
+from autograder import cellflow
+
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 SOLUTION_MARKERS = re.compile(r"^\s*(###|#) (BEGIN|END) SOLUTION\s*$")
 KEEP_CELL_METADATA = ("nbgrader", "tags", "deletable", "editable")
@@ -146,12 +148,20 @@ class PrefixGrader:
     Variants are fastest in the order of their first changed cell (the worker only moves forward; a variant
     that changes an earlier cell restarts it). The worker hides CUDA (forked children cannot use a CUDA context
     made before the fork): the grading is the CPU run that CI does. Not for hostile code: no sandbox, no guard.
+
+    ``grade(answers, skip_unaffected=True)`` stops after the last cell the changed cells can reach (their own
+    exercises' test cells included; ``autograder.cellflow``): the later test cells are left out of the scores and
+    listed in ``skipped``, and they would score exactly as the reference does. That holds unless the variant
+    changed state the data-flow cannot see: the child compares a fingerprint of it (global torch settings, the
+    attributes of the modules and classes ``autograder.guard`` watches, the objects the skipped cells read)
+    before and after, and where it changed runs the remaining cells after all.
     """
 
     def __init__(self, nb, timeout: int = 300):
         self.nb = nb
         self.cells = [{"source": c.source, "nbgrader": dict(c.metadata["nbgrader"])} for c in graded_code_cells(nb)]
         self.timeout = timeout
+        self.skipped: list[str] = []      # test cells the last grade(skip_unaffected=True) did not need to run
         self._proc = self._conn = None
 
     def _start(self) -> None:
@@ -172,20 +182,22 @@ class PrefixGrader:
         self._conn = Connection(ours.detach())
         self._conn.send((self.cells, self.timeout))
 
-    def grade(self, answers: dict[str, str] | None = None) -> dict[str, tuple[float, float]]:
-        """{test grade_id: (score, max_points)} of the notebook with ``answers`` in its solution cells."""
+    def grade(self, answers: dict[str, str] | None = None, skip_unaffected: bool = False) -> dict[str, tuple[float, float]]:
+        """{test grade_id: (score, max_points)} of the notebook with ``answers`` in its solution cells (with
+        ``skip_unaffected``, without the test cells listed in ``self.skipped`` afterwards)."""
         sources = [c.source for c in graded_code_cells(fill(self.nb, answers or {}))]
         for _ in range(2):
             if self._proc is None:
                 self._start()
-            self._conn.send(sources)
+            self._conn.send((sources, skip_unaffected))
             status, payload = self._conn.recv()
             if status == "behind":        # an earlier cell changed than the worker has run past: start over
                 self.close()
                 continue
             if status != "ok":
                 raise RuntimeError(f"the prefix grader could not grade this variant: {payload}")
-            return payload
+            scores, self.skipped = payload
+            return scores
         raise RuntimeError("the prefix grader's worker could not start over")
 
     def close(self) -> None:
@@ -253,11 +265,27 @@ def _prefix_worker(fd: int) -> None:
         score, max_points = determine_grade(cell)
         return {meta["grade_id"]: (float(score), float(max_points), f"{type(error).__name__}: {error}" if error else "")}
 
+    def rest_of_variant(sources, first, stop):
+        """In the child: run cells first..stop; if state that the data-flow cannot see changed meanwhile, the rest
+        of the cells too. Returns (their test cells' scores, the last cell run)."""
+        names = set().union(set(), *(uses for i in range(stop + 1, len(cells)) for uses, _, _ in
+                                     cellflow.statements(sources[i])))
+        before = _state_fingerprint(shell.user_ns, names) if stop + 1 < len(cells) else None
+        out = {}
+        for i in range(first, stop + 1):
+            out.update(run(i, sources[i]))
+        if before is not None and _state_changed(before, _state_fingerprint(shell.user_ns, names)):
+            for i in range(stop + 1, len(cells)):
+                out.update(run(i, sources[i]))
+            stop = len(cells) - 1
+        return out, stop
+
     position, done = 0, {}      # cells run in this process so far; their test cells' scores
     while True:
-        sources = conn.recv()
-        if sources is None:
+        request = conn.recv()
+        if request is None:
             break
+        sources, skip_unaffected = request
         try:
             first = next((i for i, (c, s) in enumerate(zip(cells, sources)) if c["source"] != s), len(cells))
             if len(sources) != len(cells):
@@ -268,14 +296,92 @@ def _prefix_worker(fd: int) -> None:
             while position < first:
                 done.update(run(position, cells[position]["source"]))
                 position += 1
-            scores = dict(done)
+            scores, skipped = dict(done), []
             if first < len(cells):
-                scores.update(_in_child(lambda: {k: v for i in range(first, len(cells)) for k, v in
-                                                 run(i, sources[i]).items()},
-                                        timeout * (len(cells) - first) + 60, os, pickle, select))
-            conn.send(("ok", {k: v[:2] for k, v in scores.items()}))
+                stop = _last_needed(cells, sources, first) if skip_unaffected else len(cells) - 1
+                ran, stop = _in_child(lambda: rest_of_variant(sources, first, stop),
+                                      timeout * (len(cells) - first) + 60, os, pickle, select)
+                scores.update(ran)
+                skipped = [cells[i]["nbgrader"]["grade_id"] for i in range(stop + 1, len(cells))
+                           if cells[i]["nbgrader"].get("grade") and not cells[i]["nbgrader"].get("solution")]
+            conn.send(("ok", ({k: v[:2] for k, v in scores.items()}, skipped)))
         except Exception as exc:   # reported to the test, which fails with it
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def _last_needed(cells: list[dict], sources: list[str], first: int) -> int:
+    """The last cell a variant's changes can reach: an affected cell, or a test cell of a changed exercise."""
+    changed = {i for i, (c, src) in enumerate(zip(cells, sources)) if c["source"] != src}
+    exercises = {cells[i]["nbgrader"].get("grade_id") for i in changed}
+    own = {i for i, c in enumerate(cells) if c["nbgrader"].get("grade") and not c["nbgrader"].get("solution")
+           and exercise_of(c["nbgrader"]["grade_id"]) in exercises}
+    return max(cellflow.affected_cells(sources, changed) | own | {first})
+
+
+def _state_fingerprint(namespace: dict, names: set[str]) -> dict:
+    """What later cells could read outside the names the data-flow follows: global torch settings, the attributes
+    of the modules and classes the grading guard watches (and their functions' code), and a shallow view of the
+    notebook objects ``names``. Compare with ``_state_changed``."""
+    import os
+    import types
+
+    import torch
+
+    from autograder import guard
+
+    def ident(value):
+        return (id(value), id(value.__code__)) if isinstance(value, types.FunctionType) else (id(value),)
+
+    def attribute(value):
+        """Its identity, and whether the notebook made it (a library that patches itself once, as torch's
+        optimisers wrap their class's step on first use, changes the identity too: that is the same in every run)."""
+        code = getattr(value, "__code__", None) if isinstance(value, (types.FunctionType, types.MethodType)) else None
+        made_here = (isinstance(code, types.CodeType) and not os.path.isfile(code.co_filename)) or \
+            getattr(value if isinstance(value, type) else type(value), "__module__", None) == "__main__"
+        return ident(value), made_here
+
+    def shallow(obj):
+        if isinstance(obj, dict):
+            return tuple((id(k), id(v)) for k, v in obj.items())
+        if isinstance(obj, (list, tuple)):
+            return tuple(map(id, obj))
+        if isinstance(obj, (set, frozenset)):
+            return tuple(sorted(map(id, obj)))
+        attrs = getattr(obj, "__dict__", None) if not isinstance(obj, (type, types.ModuleType)) else None
+        if isinstance(attrs, dict):
+            return ident(obj) + tuple((k, id(v)) for k, v in attrs.items())
+        return ident(obj)
+
+    out = {("torch", "flags"): (torch.get_default_dtype(), torch.is_grad_enabled(),
+                                torch.are_deterministic_algorithms_enabled(), torch.is_anomaly_enabled(),
+                                torch.get_num_threads(), torch.backends.cudnn.deterministic,
+                                torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
+                                torch.get_float32_matmul_precision())}
+    for name in guard.MODULES:
+        module = sys.modules.get(name)
+        if module is not None:
+            out.update({("module", name, k): attribute(v) for k, v in vars(module).items()})
+    for module_name, cls_name in guard.CLASSES:
+        cls = getattr(sys.modules.get(module_name), cls_name, None)
+        if isinstance(cls, type):
+            out.update({("class", cls_name, k): attribute(v) for k, v in vars(cls).items()})
+    out.update({("object", n): shallow(namespace[n]) for n in names if n in namespace})
+    return out
+
+
+def _state_changed(before: dict, after: dict) -> bool:
+    """Something that was there before is gone, or different; a module or class attribute counts as different only
+    where the notebook made the new value (modules also gain attributes: lazy imports)."""
+    for key, value in before.items():
+        now = after.get(key)
+        if now is None:
+            return True
+        if key[0] in ("module", "class"):
+            if now[0] != value[0] and now[1]:
+                return True
+        elif now != value:
+            return True
+    return False
 
 
 def _in_child(work, wall_timeout: float, os, pickle, select):

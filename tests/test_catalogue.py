@@ -4,9 +4,12 @@ tests/catalogue/<assignment>.py defines BUGS = {bug name: {solution cell grade_i
 The exercise a bug belongs to is the (single) cell it replaces. Each variant is graded like
 ``autograder.notebooks.quick_grade`` (setup, solution and test cells only, hidden tests included, nbgrader's
 scoring rule), by ``autograder.notebooks.PrefixGrader``: the cells before the bug's own cell are the
-reference's, so they run once per assignment and each bug runs from there on in a forked copy of that state.
+reference's, so they run once per assignment and each bug runs from there on in a forked copy of that state,
+up to the last cell the bug's cell can reach (``autograder.cellflow``; its own exercise's tests always run). The
+later test cells read nothing the bug changed, so they score what the reference scores: full marks.
 test_quick_grader_agrees_with_reference checks, in a fresh Jupyter kernel, that the reference scores full marks;
-test_prefix_grader_agrees_with_a_kernel checks that the forked runs score a bug exactly as a kernel does.
+test_prefix_grader_agrees_with_a_kernel checks that the forked runs score a bug exactly as a kernel running the
+whole variant does, the cells left out included.
 """
 from __future__ import annotations
 
@@ -94,24 +97,27 @@ def test_quick_grader_agrees_with_reference(assignment):
 
 @pytest.mark.parametrize("assignment", list(CATALOGUES))
 def test_prefix_grader_agrees_with_a_kernel(assignment):
-    """The first exercise's first bug, forked right after the setup cell, scores every test cell exactly as a
-    fresh Jupyter kernel running the whole variant does."""
+    """The first exercise's first bug, forked right after the setup cell, scores every test cell it runs exactly as
+    a fresh Jupyter kernel running the whole variant does, and the test cells it leaves out get full marks there."""
     bugs = CATALOGUES[assignment].BUGS.values()
     first = next(c for c in _cell_order(assignment) if any(set(cells) == {c} for cells in bugs))
     bug = next(cells for cells in bugs if set(cells) == {first})
     grader = nbu.PrefixGrader(source_nb(assignment))
     try:
-        forked = grader.grade(bug)
+        forked = grader.grade(bug, skip_unaffected=True)
+        skipped = grader.skipped
     finally:
         grader.close()
-    assert forked == nbu.quick_grade(source_nb(assignment), bug)
+    whole = nbu.quick_grade(source_nb(assignment), bug)
+    assert {k: v for k, v in whole.items() if k not in skipped} == forked
+    assert not lost_points({k: v for k, v in whole.items() if k in skipped}), "a test cell the data-flow left out lost points"
 
 
 @pytest.mark.parametrize("assignment,bug", CASES)
 def test_bug_loses_exactly_its_exercise_points(assignment, bug, graders):
     cells = CATALOGUES[assignment].BUGS[bug]
     (exercise,) = set(cells)
-    per_exercise = nbu.by_exercise(graders.get("source", assignment).grade(cells))
+    per_exercise = nbu.by_exercise(graders.get("source", assignment).grade(cells, skip_unaffected=True))
     assert_bug_isolated(per_exercise, exercise, f"bug {bug!r}")
 
 
@@ -119,7 +125,7 @@ def test_bug_loses_exactly_its_exercise_points(assignment, bug, graders):
 def test_visible_tests_catch_the_visible_tests_only_answer(assignment, cell, graders):
     """In the student's lab (visible tests only), a VISIBLE_ONLY answer fails a test of its own exercise."""
     answer = {cell: CATALOGUES[assignment].VISIBLE_ONLY[cell]}
-    per_exercise = nbu.by_exercise(graders.get("release", assignment).grade(answer))
+    per_exercise = nbu.by_exercise(graders.get("release", assignment).grade(answer, skip_unaffected=True))
     got, out_of = per_exercise[cell]
     assert got < out_of, (f"{assignment}: every visible test of {cell!r} passes for its visible-tests-only answer; "
                           "a visible test must show the behaviour it misses")

@@ -197,6 +197,8 @@ class CosineTrainer(Trainer):
     return min(finite)[1]''', '''    return min(results, key=lambda lr: results[lr]["val_loss"])'''),
     # isnan only: an infinite norm is stepped into
     "skip_on_nonfinite": _swap(SKIP_OK, "return not bool(torch.isfinite(grad_norm))", "return bool(torch.isnan(grad_norm))"),
+    # the preset handed in as it is: the visible seed's run (2.64) misses the preset band (2.58)
+    "challenge_entry": "def challenge_entry():\n    return {}, Trainer\n",
     # the fault injected at compile time only, no trial call
     "compile_trainer": '''
 class CompileTrainer(Trainer):
@@ -355,7 +357,17 @@ class CompileTrainer(Trainer):
     def maybe_compile(self, model):
         return super().maybe_compile(model)
 '''},
-    # --- exercise 7: self-check answers
+    # --- exercise 7: the challenge (graded by the run each entry produces)
+    # the preset handed in unchanged: it learns, but does not reach the preset's mean on seed 0 (2.64)
+    "challenge_preset_unchanged": {"challenge_entry": "def challenge_entry():\n    return {}, Trainer\n"},
+    # "more compute": twice the steps at the same batch, over the token budget (the harness refuses it)
+    "challenge_over_budget": {"challenge_entry": "def challenge_entry():\n    return {\"steps\": 400}, Trainer\n"},
+    # a higher learning rate is not the lever here: 1e-2 with the preset's batches (2.66 on seed 0)
+    "challenge_higher_lr": {"challenge_entry": "def challenge_entry():\n    return {\"lr\": 1e-2}, Trainer\n"},
+    # a longer context "for free": the challenge fixes block_size 64
+    "challenge_longer_context": {"challenge_entry": "def challenge_entry():\n"
+                                 "    return {\"model\": {\"block_size\": 128}, \"batch_size\": 8}, Trainer\n"},
+    # --- exercise 8: self-check answers
     "answer_q1_value_error": {"answers": _swap(ANSWERS_OK, '"RuntimeError"', '"ValueError"')},
     "answer_q2_one_billion": {"answers": _swap(ANSWERS_OK, "655_360_000", "1_000_000_000")},
     "answer_q3_trainer_convention": {"answers": _swap(ANSWERS_OK, "q3_guide_lr_at_step_0 = 0.0", "q3_guide_lr_at_step_0 = 3e-4 / 200")},
@@ -504,6 +516,18 @@ class CompileTrainer(Trainer):
             p.grad = None
         self.compile_status.update(status)
         return result
+''',
+    # another route to the same band: 800 steps of 4 sequences with the preset's cosine schedule (2.32 / 2.31 on
+    # seeds 0 / 7), through a Trainer subclass of the student's own that changes nothing
+    "challenge_entry": '''
+class ChallengeTrainer(Trainer):
+    pass
+
+
+def challenge_entry():
+    budget = 200 * 16 * 64
+    batch = 4
+    return dict(batch_size=batch, steps=budget // (batch * 64), warmup=80), ChallengeTrainer
 ''',
     "answers": '''
 q1_injection_error = "RuntimeError"

@@ -1,0 +1,87 @@
+"""The data-flow that lets the catalogue stop a variant after the last cell its change can reach.
+
+Two halves: ``autograder.cellflow`` on small cell lists (what counts as reading a changed name), and
+``PrefixGrader(skip_unaffected=True)`` on a small notebook, including a variant whose change escapes the names (it
+patches a module attribute when called), which must then run to the end.
+"""
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from autograder import notebooks as nbu
+from autograder.cellflow import affected_cells
+
+
+def affected(*cells, changed=(0,)):
+    return sorted(affected_cells(list(cells), set(changed)))
+
+
+def test_a_cell_that_reads_a_changed_name_is_affected_and_one_that_does_not_is_not():
+    assert affected("def f(): return 1", "assert f() == 1", "assert 2 == 2") == [0, 1]
+
+
+def test_the_taint_flows_through_functions_and_classes_that_call_the_changed_code():
+    cells = ["def f(): return 1", "def g():\n    return f() + 1", "class C:\n    def m(self):\n        return g()",
+             "assert C().m() == 2", "def h(): return 3", "assert h() == 3"]
+    assert affected(*cells) == [0, 1, 2, 3]
+
+
+def test_names_a_cell_binds_before_reading_them_are_its_own():
+    cells = ["x = 1\ntmp = 2", "import tempfile\nwith tempfile.TemporaryDirectory() as tmp:\n    assert tmp",
+             "x = 5\nassert x == 5", "for i in range(3):\n    y = i\nassert i >= 0",
+             "try:\n    pass\nexcept ValueError as err:\n    print(err)",
+             "def k(a, *b, c=1, **d):\n    local = a\n    def inner():\n        return local + c\n    return inner",
+             "print([tmp for tmp in range(2)])"]
+    assert affected(*cells) == [0]
+
+
+def test_a_sure_rebinding_ends_the_taint_and_a_conditional_one_does_not():
+    assert affected("x = 1", "x = 2", "assert x == 2") == [0]
+    assert affected("x = 1", "if False:\n    x = 2", "assert x") == [0, 2]
+    assert affected("x = 1", "x += 1", "assert x") == [0, 1, 2]
+
+
+def test_dynamic_lookups_and_unparsable_cells_count_as_affected():
+    assert affected("x = 1", "print(globals()['x'])") == [0, 1]
+    assert affected("x = 1", "get_ipython().run_cell('x')") == [0, 1]
+    assert affected("x = 1", "def (:", "y = 2") == [0, 1, 2]
+
+
+def _notebook(*cells):
+    """A tiny source notebook: (kind, grade_id, source) with kind 'setup', 'solution' or 'test'."""
+    nb = nbformat.v4.new_notebook()
+    for kind, gid, src in cells:
+        meta = {"grade": kind == "test", "grade_id": gid, "locked": kind != "solution", "schema_version": 3,
+                "solution": kind == "solution"}
+        if kind == "test":
+            meta["points"] = 1
+        nb.cells.append(nbformat.v4.new_code_cell(src, metadata={"nbgrader": meta}))
+    return nb
+
+
+NB = _notebook(("setup", "setup", "import math"),
+               ("solution", "one", "def one():\n    return 1"),
+               ("test", "test_one", "assert one() == 1"),
+               ("solution", "two", "def two():\n    return 2"),
+               ("test", "test_two", "assert two() == 2\nassert math.sqrt(4) == 2"))
+
+
+@pytest.fixture(scope="module")
+def grader():
+    g = nbu.PrefixGrader(NB)
+    yield g
+    g.close()
+
+
+def test_a_variant_stops_after_the_last_cell_it_can_reach(grader):
+    scores = grader.grade({"one": "def one():\n    return 0"}, skip_unaffected=True)
+    assert scores == {"test_one": (0.0, 1.0)} and grader.skipped == ["test_two"]
+    assert grader.grade({"one": "def one():\n    return 0"}) == {"test_one": (0.0, 1.0), "test_two": (1.0, 1.0)}
+    assert grader.skipped == []
+
+
+def test_a_variant_that_changes_a_module_behind_the_names_runs_to_the_end(grader):
+    patches = "def one():\n    import math\n    math.sqrt = lambda x: 0.0\n    return 0"
+    assert grader.grade({"one": patches}, skip_unaffected=True) == {"test_one": (0.0, 1.0), "test_two": (0.0, 1.0)}
+    assert grader.skipped == []
