@@ -2,6 +2,7 @@
 
 One grading run (the parallel grader, as `make grade` runs it) holds, for every assignment, six submissions:
   perfect      the reference solution typed into the student notebook   -> full autograded marks
+               (lab 8: its challenge re-run verified by the grader and on the leaderboard)
   blank        the release notebook untouched                          -> 0, and the run completes
   alternative  a correct solution written differently (catalogue)      -> full autograded marks
   warning      the reference, with a warning emitted in every test cell -> full marks all the same
@@ -169,3 +170,22 @@ def test_pending_written_answers_are_marked_in_feedback_csv_and_table(graded):
     row = next(ln for ln in proc.stdout.splitlines() if ln.split()[:2] == ["perfect", assignment])
     points = sum(float(c.metadata["nbgrader"]["points"]) for c in written.values())
     assert f"pending {points:g}" in row, f"make grade's table should say what awaits manual grading: {row}"
+
+
+def test_the_challenge_is_rerun_scored_by_the_grader_and_ranked(graded):
+    """Lab 8's challenge: every submission that ran is re-scored from its saved weights and on the leaderboard."""
+    from autograder.challenge_check import ASSIGNMENT
+    from trainkit.challenge import BANDS
+
+    assignment, course, _ = graded
+    if assignment != ASSIGNMENT:
+        pytest.skip("only lab 8 has a challenge")
+    with open(course / "grades" / "challenge_leaderboard.csv", encoding="utf-8") as f:
+        rows = {row["student"]: row for row in csv.DictReader(f)}
+    for student in ("perfect", "alternative", "warning", "buggy"):
+        assert rows[student]["status"] == "verified", rows[student]
+        assert float(rows[student]["val_loss"]) <= BANDS["beats_preset"], rows[student]
+        assert rows[student]["tokens"] == "204800" and rows[student]["rank"]
+    assert "no run saved" in rows["blank"]["status"] and not rows["blank"]["rank"]
+    assert "broken" not in rows
+    assert (course / "grades" / "challenge_leaderboard.html").is_file()
