@@ -96,6 +96,11 @@ def apply(result, challenge_dir: Path) -> None:
     dest.write_text(json.dumps(record, indent=1, default=str), encoding="utf-8")
 
 
+def forget(course: Path, student: str, assignment: str) -> None:
+    """A submission that scored 0 for its own fault: its earlier verified run leaves the leaderboard."""
+    (course / "autograded" / student / assignment / RECORD).unlink(missing_ok=True)
+
+
 # --------------------------------------------------------------------------------------------- leaderboard
 COLUMNS = ["rank", "student", "val_loss", "status", "tokens", "steps", "wall_s", "trainer", "changes_from_preset"]
 

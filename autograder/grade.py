@@ -509,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
             elif result.error:
                 failed[key] = f"{result.error}; log: {result.log}"
                 record_failure(course, *key)
-                (course / "autograded" / result.student / result.assignment / challenge_check.RECORD).unlink(missing_ok=True)
+                challenge_check.forget(course, *key)
             else:
                 try:
                     merge(course, result)
