@@ -230,6 +230,12 @@ def _prefix_worker(fd: int) -> None:
 
     conn = Connection(fd)
     cells, timeout = conn.recv()
+    # Imported once here rather than in every forked child: torch's optimisers import torch._dynamo when the first
+    # one is made (about 2 s on a CPU) and IPython its traceback formatter at the first error, and most variants'
+    # test cells do both after the fork. Only sys.modules differs from a fresh kernel's: no cell's result depends
+    # on when a module was imported.
+    import stack_data  # noqa: F401
+    import torch._dynamo  # noqa: F401
     config = Config()
     config.HistoryManager.enabled = False          # no history thread or sqlite file to share across forks
     shell = InteractiveShell.instance(config=config)

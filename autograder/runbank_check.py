@@ -1,11 +1,17 @@
-"""Instructor side of lab 6's bank of runs: which runs show their planted cause plainly, and the stored visible bank.
+"""Instructor side of lab 6's bank of runs: which runs show their planted cause plainly, and the stored banks.
 
 ``shows_cause(run)`` is the bank's quality bar, not a diagnosis: it knows the planted cause (and where a spike was
 planted) and checks, with margins, that the curves show it. A run that does not is never graded: the visible bank
 refuses to store one (``build_visible``), and lab 6's hidden test leaves such an unseen run out. It lives here, not
 in ``trainkit`` (which students have), because with it a student could try each label and keep the one it accepts.
 
-    python -m autograder.runbank_check build     # retrain the 42 visible runs into trainkit/runbank_visible.json
+    python -m autograder.runbank_check build     # retrain the visible and the unseen runs, store both
+
+The visible runs (trainkit/runbank_visible.json) go to students; the unseen ones (autograder/runbank_unseen.json,
+instructor-only like this module) are what lab 6's hidden tests grade ``diagnose`` on. Both are trained once and
+stored rather than trained at grading: every submission is graded on the same runs, whatever CPU grades it, and a
+grading run does not spend 25 s of each lab-6 notebook retraining them. tests/test_runbank.py retrains a sample of
+each and checks that the stored runs are the training runs of their specs.
 """
 from __future__ import annotations
 
@@ -75,21 +81,66 @@ def shows_cause(run: runbank.BankRun) -> bool:
     raise ValueError(run.label)
 
 
+UNSEEN_FILE = Path(__file__).with_name("runbank_unseen.json")
+
+
+def unseen_specs() -> list[dict]:
+    """The grader's runs, unlike the visible ones: other seeds, a wider model, the other split of each task's data,
+    minibatches of 8 (noisier curves), spikes at 35 % and 65 % of the run, and a task the visible runs do not show
+    (markov)."""
+    specs = []
+    for task, settings in [("digits", [dict(seed=5, width=96, data_seed=1), dict(seed=6, batch_size=8, few=80),
+                                       dict(seed=7, batch_size=8, data_seed=1)]),
+                           ("regression", [dict(seed=5, width=96, data_seed=1), dict(seed=6, batch_size=8, few=64),
+                                           dict(seed=7, batch_size=8, data_seed=1)]),
+                           ("bytes", [dict(seed=5, data_seed=1), dict(seed=6, batch_size=32)]),
+                           ("markov", [dict(seed=5), dict(seed=6, batch_size=32, data_seed=1)])]:
+        for k, setting in enumerate(settings):
+            for cause in runbank.LABELS:
+                spec = {"task": task, "cause": cause, **setting}
+                if cause.startswith("spike"):
+                    spec["at"] = (0.35, 0.65)[(k + runbank.LABELS.index(cause)) % 2]
+                specs.append(spec)
+    return specs
+
+
+def _store(path: Path, runs: list[runbank.BankRun]) -> None:
+    path.write_text(json.dumps({"version": 1, "runs": [runbank.to_record(r) for r in runs]}, separators=(",", ":")) + "\n")
+
+
 def build_visible(path: Path = runbank.VISIBLE_FILE) -> list[runbank.BankRun]:
     """Train the visible runs and store them; refuses to store a run that does not show its cause."""
     runs = [runbank.make_run(spec) for spec in runbank.visible_specs()]
     unclear = [r.spec for r in runs if not shows_cause(r)]
     if unclear:
         raise SystemExit(f"these runs do not show their cause clearly; change their settings: {unclear}")
-    path.write_text(json.dumps({"version": 1, "runs": [runbank.to_record(r) for r in runs]}, separators=(",", ":")) + "\n")
+    _store(path, runs)
     return runs
+
+
+def build_unseen(path: Path = UNSEEN_FILE) -> list[runbank.BankRun]:
+    """Train the unseen runs and store those that show their cause; refuses if more than a fifth do not (then the
+    settings need a look: the graded set would lose whole causes)."""
+    specs = unseen_specs()
+    runs = [run for run in map(runbank.make_run, specs) if shows_cause(run)]
+    if len(runs) < 0.8 * len(specs):
+        raise SystemExit(f"only {len(runs)} of {len(specs)} unseen runs show their cause; change their settings")
+    _store(path, runs)
+    return runs
+
+
+def load_unseen() -> list[runbank.BankRun]:
+    """The grader's unseen runs (stored by ``build_unseen``), with their planted causes."""
+    return runbank.load_bank(UNSEEN_FILE)
 
 
 if __name__ == "__main__":
     import sys
 
     if sys.argv[1:] != ["build"]:
-        raise SystemExit("usage: python -m autograder.runbank_check build   (retrain trainkit/runbank_visible.json)")
+        raise SystemExit("usage: python -m autograder.runbank_check build   (retrain and store the visible and unseen runs)")
     torch.set_num_threads(1)
     made = build_visible()
     print(f"stored {len(made)} runs in {runbank.VISIBLE_FILE}")
+    made = build_unseen()
+    print(f"stored {len(made)} of {len(unseen_specs())} runs in {UNSEEN_FILE} (the others do not show their cause)")

@@ -38,6 +38,17 @@ def load_catalogue(assignment: str):
     return module
 
 
+def first_bug(assignment: str) -> tuple[str, dict[str, str]]:
+    """(name, cells) of the first catalogued bug of the notebook's first exercise that has one: the bug whose grading
+    by the catalogue's fast grader is checked against nbgrader's (tests/test_autograder.py)."""
+    bugs = load_catalogue(assignment).BUGS
+    for cell in nbu.solution_cells(source_nb(assignment)):
+        for name, cells in bugs.items():
+            if set(cells) == {cell}:
+                return name, cells
+    raise AssertionError(f"{assignment}: no catalogued bug changes a single solution cell")
+
+
 def make_course(tmp: Path) -> Path:
     """A copy of the course's grading inputs (config, solutions, labs) in ``tmp``."""
     course = tmp / "course"

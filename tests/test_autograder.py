@@ -1,14 +1,15 @@
 """Proof of the autograder, per assignment, through the real `make grade` pipeline (nbgrader).
 
-One grading run (the parallel grader, as `make grade` runs it) holds, for every assignment, six submissions:
+One grading run (the parallel grader, as `make grade` runs it) holds, for every assignment, five submissions:
   perfect      the reference solution typed into the student notebook   -> full autograded marks
                (lab 8: its challenge re-run verified by the grader and on the leaderboard)
   blank        the release notebook untouched                          -> 0, and the run completes
-  alternative  a correct solution written differently (catalogue)      -> full autograded marks
-  warning      the reference, with a warning emitted in every test cell -> full marks all the same
-  buggy        the first catalogued bug                                -> loses points in its exercise only
+  alternative  a correct solution written differently (catalogue), which -> full autograded marks all the same
+               also emits a warning from every test cell
+  buggy        the first exercise's first catalogued bug               -> loses points in its exercise only
   broken       not a notebook at all (invalid JSON)                    -> listed as FAILED, others graded
-The buggy submission cross-checks the fast grader of tests/test_catalogue.py against nbgrader itself.
+The buggy submission cross-checks the fast grader of tests/test_catalogue.py against nbgrader itself: the forked
+run scores every test cell it runs exactly as nbgrader did, and the cells it leaves out scored full marks.
 All tests here share that one run, so they form one xdist group (one worker grades the batch, two at a time).
 """
 from __future__ import annotations
@@ -22,7 +23,8 @@ import pytest
 from autograder import notebooks as nbu
 from autograder.feedback import label
 from test_feedback import hidden_only_lines
-from course import ASSIGNMENTS, assert_bug_isolated, cell_scores, lost_points, load_catalogue, make_course, release_nb, run_grade, source_nb, submit
+from course import (ASSIGNMENTS, assert_bug_isolated, cell_scores, first_bug, lost_points, load_catalogue, make_course,
+                    release_nb, run_grade, source_nb, submit)
 
 # Undo the locked setup cell's warning filter and emit a warning from every test cell (each calls expect),
 # the way a chatty library would. nbgrader alone would give those cells 0 points.
@@ -36,7 +38,7 @@ def expect(condition, message):
 '''
 
 
-STUDENTS = {"perfect", "blank", "alternative", "warning", "buggy", "broken"}
+STUDENTS = {"perfect", "blank", "alternative", "buggy", "broken"}
 pytestmark = pytest.mark.xdist_group("autograder-proofs")
 
 
@@ -47,7 +49,7 @@ def autograded(scores):
 
 @pytest.fixture(scope="session")
 def graded_course(request, tmp_path_factory):
-    """Every selected assignment's six submissions in one course copy, graded by one run of the parallel grader
+    """Every selected assignment's five submissions in one course copy, graded by one run of the parallel grader
     (`-k 03_gradient_clipping` grades lab 3 alone)."""
     course = make_course(tmp_path_factory.mktemp("autograder-proofs"))
     selected = {item.callspec.params["graded"] for item in request.session.items
@@ -58,10 +60,10 @@ def graded_course(request, tmp_path_factory):
         first = next(iter(reference))
         submit(course, "perfect", assignment, nbu.fill(release, reference))
         submit(course, "blank", assignment, release)
-        submit(course, "alternative", assignment, nbu.fill(release, {**reference, **load_catalogue(assignment).ALTERNATIVE}))
-        submit(course, "warning", assignment, nbu.fill(release, {**reference, first: reference[first] + WARNING_PREAMBLE}))
-        bug = next(iter(load_catalogue(assignment).BUGS.values()))
-        submit(course, "buggy", assignment, nbu.fill(release, {**reference, **bug}))
+        alternative = {**reference, **load_catalogue(assignment).ALTERNATIVE}
+        alternative[first] += WARNING_PREAMBLE
+        submit(course, "alternative", assignment, nbu.fill(release, alternative))
+        submit(course, "buggy", assignment, nbu.fill(release, {**reference, **first_bug(assignment)[1]}))
         submit(course, "broken", assignment, raw='{"this is": "not a notebook"')
     return course, run_grade(course, "--jobs", "2")
 
@@ -94,30 +96,43 @@ def test_blank_release_scores_zero(graded):
     assert not earned, f"the untouched release earned points in {earned}"
 
 
-def test_correct_alternative_keeps_full_marks(graded):
+def test_correct_alternative_keeps_full_marks_though_every_test_cell_warns(graded):
     assignment, course, _ = graded
     scores = autograded(cell_scores(course, "alternative", assignment))
-    assert not lost_points(scores), f"a correct alternative implementation lost points in {lost_points(scores)}"
-
-
-def test_harmless_warning_does_not_zero_a_test_cell(graded):
-    assignment, course, _ = graded
-    scores = autograded(cell_scores(course, "warning", assignment))
-    assert not lost_points(scores), f"warnings in test cells cost points in {lost_points(scores)}"
-    html = next((course / "feedback" / "warning" / assignment).glob("*.html")).read_text(encoding="utf-8")
+    assert not lost_points(scores), ("a correct alternative implementation, whose test cells each emit a harmless "
+                                     f"warning, lost points in {lost_points(scores)}")
+    html = next((course / "feedback" / "alternative" / assignment).glob("*.html")).read_text(encoding="utf-8")
     assert "a harmless library warning" in html, "the warning text should stay visible in the feedback"
 
 
 def test_a_catalogued_bug_loses_only_its_exercise_points_under_nbgrader(graded):
     assignment, course, _ = graded
-    (exercise,) = set(next(iter(load_catalogue(assignment).BUGS.values())))
+    (exercise,) = set(first_bug(assignment)[1])
     per_exercise = nbu.by_exercise(autograded(cell_scores(course, "buggy", assignment)))
     assert_bug_isolated(per_exercise, exercise, "the first catalogued bug, graded by nbgrader,")
 
 
+def test_the_catalogues_fast_grader_scores_the_bug_as_nbgrader_does(graded):
+    """tests/test_catalogue.py grades each bug with PrefixGrader: forked after the reference's cells before the bug's,
+    setup, solution and test cells only, stopped after the last cell the bug can reach. For the buggy submission
+    (forked right after the setup cell) that gives every test cell it runs nbgrader's own score, and nbgrader gave
+    full marks to every test cell it left out."""
+    assignment, course, _ = graded
+    grader = nbu.PrefixGrader(source_nb(assignment))
+    try:
+        forked = grader.grade(first_bug(assignment)[1], skip_unaffected=True)
+        skipped = grader.skipped
+    finally:
+        grader.close()
+    by_nbgrader = autograded(cell_scores(course, "buggy", assignment))
+    assert {k: v for k, v in by_nbgrader.items() if k not in skipped} == forked
+    assert not lost_points({k: v for k, v in by_nbgrader.items() if k in skipped}), \
+        "a test cell the catalogue's data-flow left out lost points under nbgrader"
+
+
 def test_feedback_and_csv_are_written(graded):
     assignment, course, proc = graded
-    for student in ["perfect", "blank", "alternative", "warning"]:
+    for student in ["perfect", "blank", "alternative"]:
         assert list((course / "feedback" / student / assignment).glob("*.html")), f"no feedback for {student}"
     rows = list(csv.DictReader((course / "grades" / "grades.csv").open()))
     by_student = {r["student_id"]: float(r["raw_score"]) for r in rows if r["assignment"] == assignment}
@@ -182,7 +197,7 @@ def test_the_challenge_is_rerun_scored_by_the_grader_and_ranked(graded):
         pytest.skip("only lab 8 has a challenge")
     with open(course / "grades" / "challenge_leaderboard.csv", encoding="utf-8") as f:
         rows = {row["student"]: row for row in csv.DictReader(f)}
-    for student in ("perfect", "alternative", "warning", "buggy"):
+    for student in ("perfect", "alternative", "buggy"):
         assert rows[student]["status"] == "verified", rows[student]
         assert float(rows[student]["val_loss"]) <= BANDS["beats_preset"], rows[student]
         assert rows[student]["tokens"] == "204800" and rows[student]["rank"]

@@ -85,3 +85,8 @@ def test_a_variant_that_changes_a_module_behind_the_names_runs_to_the_end(grader
     patches = "def one():\n    import math\n    math.sqrt = lambda x: 0.0\n    return 0"
     assert grader.grade({"one": patches}, skip_unaffected=True) == {"test_one": (0.0, 1.0), "test_two": (0.0, 1.0)}
     assert grader.skipped == []
+
+
+def test_the_forked_scores_are_those_of_a_fresh_kernel(grader):
+    variant = {"two": "def two():\n    return 3"}
+    assert grader.grade(variant) == nbu.quick_grade(NB, variant) == {"test_one": (1.0, 1.0), "test_two": (0.0, 1.0)}

@@ -248,7 +248,8 @@ def visible_specs() -> list[dict]:
 
 # --- the stored bank -----------------------------------------------------------------------------------------
 # Training the 42 visible runs takes about half a minute on a CPU, too long for a notebook cell: they are trained
-# once by the instructor (`python -m autograder.runbank_check build`, which stores only runs that show their cause)
+# once by the instructor (`python -m autograder.runbank_check build`, which stores only runs that show their cause;
+# it stores the grader's unseen runs too, in autograder/)
 # and stored here, losses to 6 significant digits. tests/test_runbank.py retrains a sample and checks they are theirs.
 
 VISIBLE_FILE = Path(__file__).with_name("runbank_visible.json")
@@ -271,7 +272,11 @@ def from_record(record: dict) -> BankRun:
     return BankRun(dict(record["spec"]), record["label"], curves)
 
 
+def load_bank(path: Path) -> list[BankRun]:
+    """The runs stored in ``path`` (written by ``autograder.runbank_check``), with their labels."""
+    return [from_record(r) for r in json.loads(Path(path).read_text())["runs"]]
+
+
 def load_visible() -> list[BankRun]:
     """The visible bank: 42 real runs (every task and cause, two seeds, spikes early and late), with labels."""
-    records = json.loads(VISIBLE_FILE.read_text())["runs"]
-    return [from_record(r) for r in records]
+    return load_bank(VISIBLE_FILE)
