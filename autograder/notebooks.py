@@ -18,7 +18,6 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import cellflow
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 SOLUTION_MARKERS = re.compile(r"^\s*(###|#) (BEGIN|END) SOLUTION\s*$")
@@ -134,6 +133,26 @@ def graded_code_cells(nb) -> list[nbformat.NotebookNode]:
     return [c for c in nb.cells if c.cell_type == "code" and "nbgrader" in c.get("metadata", {})]
 
 
+def _is_test(meta: dict) -> bool:
+    return bool(meta.get("grade")) and not meta.get("solution")
+
+
+def _score(meta: dict, outcome: dict) -> tuple[float, float]:
+    """nbgrader's score of a test cell (``determine_grade``) from what running it gave: an error, or the value the
+    shell displayed (nbgrader gives partial credit for a number), or nothing."""
+    from nbgrader.utils import determine_grade
+
+    if outcome["error"] is not None:
+        ename, evalue = outcome["error"]
+        outputs = [nbformat.v4.new_output("error", ename=ename, evalue=evalue, traceback=[])]
+    elif outcome["result"] is not None:
+        outputs = [nbformat.v4.new_output("execute_result", data=outcome["result"], execution_count=1)]
+    else:
+        outputs = []
+    score, max_points = determine_grade(nbformat.v4.new_code_cell("", metadata={"nbgrader": meta}, outputs=outputs))
+    return float(score), float(max_points)
+
+
 class PrefixGrader:
     """Grade many variants of one notebook, each as ``quick_grade`` would, without re-running their common start.
 
@@ -155,13 +174,21 @@ class PrefixGrader:
     changed state the data-flow cannot see: the child compares a fingerprint of it (global torch settings, the
     attributes of the modules and classes ``autograder.guard`` watches, the objects the skipped cells read)
     before and after, and where it changed runs the remaining cells after all.
+
+    ``stop_at_first_failure=True`` (with ``skip_unaffected``) also ends the run at the first test cell of a changed
+    exercise that loses points when every cell still needed after it is a test cell of a changed exercise: those
+    are listed in ``unscored``. Their scores cannot change whether the exercise lost points, only how many, so a
+    question of the form "does this variant lose points in its exercise and nowhere else" has its answer already.
     """
 
     def __init__(self, nb, timeout: int = 300):
         self.nb = nb
-        self.cells = [{"source": c.source, "nbgrader": dict(c.metadata["nbgrader"])} for c in graded_code_cells(nb)]
+        self.cells = [{"source": c.source, "nbgrader": dict(c.metadata["nbgrader"]),
+                       "exercise": exercise_of(grade_id(c)) if _is_test(c.metadata["nbgrader"]) else None}
+                      for c in graded_code_cells(nb)]
         self.timeout = timeout
         self.skipped: list[str] = []      # test cells the last grade(skip_unaffected=True) did not need to run
+        self.unscored: list[str] = []     # own-exercise test cells the last grade(stop_at_first_failure=True) left out
         self._proc = self._conn = None
 
     def _start(self) -> None:
@@ -174,30 +201,33 @@ class PrefixGrader:
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
         env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")   # what ipykernel sets
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from autograder.notebooks import _prefix_worker; "
-             "_prefix_worker(int(sys.argv[1]))", str(theirs.fileno())],
+            [sys.executable, "-c", "import sys; from autograder.prefix_worker import serve; serve(int(sys.argv[1]))",
+             str(theirs.fileno())],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, env=env)
         theirs.close()
         self._conn = Connection(ours.detach())
         self._conn.send((self.cells, self.timeout))
 
-    def grade(self, answers: dict[str, str] | None = None, skip_unaffected: bool = False) -> dict[str, tuple[float, float]]:
+    def grade(self, answers: dict[str, str] | None = None, skip_unaffected: bool = False,
+              stop_at_first_failure: bool = False) -> dict[str, tuple[float, float]]:
         """{test grade_id: (score, max_points)} of the notebook with ``answers`` in its solution cells (with
-        ``skip_unaffected``, without the test cells listed in ``self.skipped`` afterwards)."""
+        ``skip_unaffected``, without the test cells listed in ``self.skipped`` and ``self.unscored`` afterwards)."""
+        if stop_at_first_failure and not skip_unaffected:
+            raise ValueError("stop_at_first_failure needs skip_unaffected")
         sources = [c.source for c in graded_code_cells(fill(self.nb, answers or {}))]
         for _ in range(2):
             if self._proc is None:
                 self._start()
-            self._conn.send((sources, skip_unaffected))
+            self._conn.send((sources, skip_unaffected, stop_at_first_failure))
             status, payload = self._conn.recv()
             if status == "behind":        # an earlier cell changed than the worker has run past: start over
                 self.close()
                 continue
             if status != "ok":
                 raise RuntimeError(f"the prefix grader could not grade this variant: {payload}")
-            scores, self.skipped = payload
-            return scores
+            outcomes, self.skipped, self.unscored = payload
+            return {gid: _score(self.cells[index]["nbgrader"], outcome) for gid, (index, outcome) in outcomes.items()}
         raise RuntimeError("the prefix grader's worker could not start over")
 
     def close(self) -> None:
@@ -210,228 +240,6 @@ class PrefixGrader:
                 self._proc.kill()
                 self._proc.wait()
             self._proc = self._conn = None
-
-
-class _CellTimeout(Exception):
-    pass
-
-
-def _prefix_worker(fd: int) -> None:
-    """The worker behind ``PrefixGrader`` (its own process): runs cells, forks a child per variant."""
-    import os
-    import pickle
-    import select
-    import signal
-    from multiprocessing.connection import Connection
-
-    from IPython.core.interactiveshell import InteractiveShell
-    from nbgrader.utils import determine_grade
-    from traitlets.config import Config
-
-    conn = Connection(fd)
-    cells, timeout = conn.recv()
-    # Imported once here rather than in every forked child: torch's optimisers import torch._dynamo when the first
-    # one is made (about 2 s on a CPU) and IPython its traceback formatter at the first error, and most variants'
-    # test cells do both after the fork. Only sys.modules differs from a fresh kernel's: no cell's result depends
-    # on when a module was imported.
-    import stack_data  # noqa: F401
-    import torch._dynamo  # noqa: F401
-    config = Config()
-    config.HistoryManager.enabled = False          # no history thread or sqlite file to share across forks
-    shell = InteractiveShell.instance(config=config)
-    timed_out: list[int] = []
-
-    def on_alarm(signum, frame):
-        timed_out.append(1)
-        raise _CellTimeout(f"the cell ran longer than {timeout} s")
-
-    signal.signal(signal.SIGALRM, on_alarm)
-
-    def run(index: int, source: str) -> dict[str, tuple[float, float, str]]:
-        """Run one cell; for a graded test cell, {grade_id: (score, max, error)} by nbgrader's rule."""
-        signal.alarm(timeout)
-        try:
-            result = shell.run_cell(source, store_history=True, silent=False)
-        finally:
-            signal.alarm(0)
-        if timed_out:
-            raise _CellTimeout(f"cell {cells[index]['nbgrader'].get('grade_id')} ran longer than {timeout} s")
-        meta = cells[index]["nbgrader"]
-        if not (meta.get("grade") and not meta.get("solution")):
-            return {}
-        error = result.error_before_exec or result.error_in_exec
-        if error is not None:
-            outputs = [nbformat.v4.new_output("error", ename=type(error).__name__, evalue=str(error), traceback=[])]
-        elif result.result is not None:     # set only when the shell displayed the value (an execute_result)
-            data, _ = shell.display_formatter.format(result.result)
-            outputs = [nbformat.v4.new_output("execute_result", data=data, execution_count=1)]
-        else:
-            outputs = []
-        cell = nbformat.v4.new_code_cell(source, metadata={"nbgrader": meta}, outputs=outputs)
-        score, max_points = determine_grade(cell)
-        return {meta["grade_id"]: (float(score), float(max_points), f"{type(error).__name__}: {error}" if error else "")}
-
-    def rest_of_variant(sources, first, stop):
-        """In the child: run cells first..stop; if state that the data-flow cannot see changed meanwhile, the rest
-        of the cells too. Returns (their test cells' scores, the last cell run)."""
-        names = set().union(set(), *(uses for i in range(stop + 1, len(cells)) for uses, _, _ in
-                                     cellflow.statements(sources[i])))
-        before = _state_fingerprint(shell.user_ns, names) if stop + 1 < len(cells) else None
-        out = {}
-        for i in range(first, stop + 1):
-            out.update(run(i, sources[i]))
-        if before is not None and _state_changed(before, _state_fingerprint(shell.user_ns, names)):
-            for i in range(stop + 1, len(cells)):
-                out.update(run(i, sources[i]))
-            stop = len(cells) - 1
-        return out, stop
-
-    position, done = 0, {}      # cells run in this process so far; their test cells' scores
-    while True:
-        request = conn.recv()
-        if request is None:
-            break
-        sources, skip_unaffected = request
-        try:
-            first = next((i for i, (c, s) in enumerate(zip(cells, sources)) if c["source"] != s), len(cells))
-            if len(sources) != len(cells):
-                raise ValueError("the variant does not have the notebook's cells")
-            if first < position:
-                conn.send(("behind", position))
-                continue
-            while position < first:
-                done.update(run(position, cells[position]["source"]))
-                position += 1
-            scores, skipped = dict(done), []
-            if first < len(cells):
-                stop = _last_needed(cells, sources, first) if skip_unaffected else len(cells) - 1
-                ran, stop = _in_child(lambda: rest_of_variant(sources, first, stop),
-                                      timeout * (len(cells) - first) + 60, os, pickle, select)
-                scores.update(ran)
-                skipped = [cells[i]["nbgrader"]["grade_id"] for i in range(stop + 1, len(cells))
-                           if cells[i]["nbgrader"].get("grade") and not cells[i]["nbgrader"].get("solution")]
-            conn.send(("ok", ({k: v[:2] for k, v in scores.items()}, skipped)))
-        except Exception as exc:   # reported to the test, which fails with it
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
-
-
-def _last_needed(cells: list[dict], sources: list[str], first: int) -> int:
-    """The last cell a variant's changes can reach: an affected cell, or a test cell of a changed exercise."""
-    changed = {i for i, (c, src) in enumerate(zip(cells, sources)) if c["source"] != src}
-    exercises = {cells[i]["nbgrader"].get("grade_id") for i in changed}
-    own = {i for i, c in enumerate(cells) if c["nbgrader"].get("grade") and not c["nbgrader"].get("solution")
-           and exercise_of(c["nbgrader"]["grade_id"]) in exercises}
-    return max(cellflow.affected_cells(sources, changed) | own | {first})
-
-
-def _state_fingerprint(namespace: dict, names: set[str]) -> dict:
-    """What later cells could read outside the names the data-flow follows: global torch settings, the attributes
-    of the modules and classes the grading guard watches (and their functions' code), and a shallow view of the
-    notebook objects ``names``. Compare with ``_state_changed``."""
-    import os
-    import types
-
-    import torch
-
-    from autograder import guard
-
-    def ident(value):
-        return (id(value), id(value.__code__)) if isinstance(value, types.FunctionType) else (id(value),)
-
-    def attribute(value):
-        """Its identity, and whether the notebook made it (a library that patches itself once, as torch's
-        optimisers wrap their class's step on first use, changes the identity too: that is the same in every run)."""
-        code = getattr(value, "__code__", None) if isinstance(value, (types.FunctionType, types.MethodType)) else None
-        made_here = (isinstance(code, types.CodeType) and not os.path.isfile(code.co_filename)) or \
-            getattr(value if isinstance(value, type) else type(value), "__module__", None) == "__main__"
-        return ident(value), made_here
-
-    def shallow(obj):
-        if isinstance(obj, dict):
-            return tuple((id(k), id(v)) for k, v in obj.items())
-        if isinstance(obj, (list, tuple)):
-            return tuple(map(id, obj))
-        if isinstance(obj, (set, frozenset)):
-            return tuple(sorted(map(id, obj)))
-        attrs = getattr(obj, "__dict__", None) if not isinstance(obj, (type, types.ModuleType)) else None
-        if isinstance(attrs, dict):
-            return ident(obj) + tuple((k, id(v)) for k, v in attrs.items())
-        return ident(obj)
-
-    out = {("torch", "flags"): (torch.get_default_dtype(), torch.is_grad_enabled(),
-                                torch.are_deterministic_algorithms_enabled(), torch.is_anomaly_enabled(),
-                                torch.get_num_threads(), torch.backends.cudnn.deterministic,
-                                torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
-                                torch.get_float32_matmul_precision())}
-    for name in guard.MODULES:
-        module = sys.modules.get(name)
-        if module is not None:
-            out.update({("module", name, k): attribute(v) for k, v in vars(module).items()})
-    for module_name, cls_name in guard.CLASSES:
-        cls = getattr(sys.modules.get(module_name), cls_name, None)
-        if isinstance(cls, type):
-            out.update({("class", cls_name, k): attribute(v) for k, v in vars(cls).items()})
-    out.update({("object", n): shallow(namespace[n]) for n in names if n in namespace})
-    return out
-
-
-def _state_changed(before: dict, after: dict) -> bool:
-    """Something that was there before is gone, or different; a module or class attribute counts as different only
-    where the notebook made the new value (modules also gain attributes: lazy imports)."""
-    for key, value in before.items():
-        now = after.get(key)
-        if now is None:
-            return True
-        if key[0] in ("module", "class"):
-            if now[0] != value[0] and now[1]:
-                return True
-        elif now != value:
-            return True
-    return False
-
-
-def _in_child(work, wall_timeout: float, os, pickle, select):
-    """``work()`` in a forked child; its pickled result, or an exception if it died or hung."""
-    import sys as _sys
-
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_end)
-        try:
-            payload = pickle.dumps(("ok", work()))
-        except BaseException as exc:
-            payload = pickle.dumps(("error", f"{type(exc).__name__}: {exc}"))
-        try:
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(write_end, view):]
-        finally:
-            _sys.stdout.flush()
-            os._exit(0)
-    import time
-
-    os.close(write_end)
-    chunks, deadline = [], time.monotonic() + wall_timeout
-    try:
-        while True:
-            ready, _, _ = select.select([read_end], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                os.kill(pid, 9)
-                raise TimeoutError(f"the variant did not finish within {wall_timeout:.0f} s")
-            chunk = os.read(read_end, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(read_end)
-        os.waitpid(pid, 0)
-    if not chunks:
-        raise RuntimeError("the forked run died before it reported (os._exit, a crash, or out of memory)")
-    status, value = pickle.loads(b"".join(chunks))
-    if status != "ok":
-        raise RuntimeError(value)
-    return value
 
 
 def by_exercise(scores: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:

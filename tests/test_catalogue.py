@@ -94,7 +94,10 @@ def graders():
 def test_bug_loses_exactly_its_exercise_points(assignment, bug, graders):
     cells = CATALOGUES[assignment].BUGS[bug]
     (exercise,) = set(cells)
-    per_exercise = nbu.by_exercise(graders.get("source", assignment).grade(cells, skip_unaffected=True))
+    # Stopping at the first lost points leaves out only the exercise's own later test cells: whether it lost points
+    # is then decided, and every cell of another exercise that the bug can reach still runs.
+    grader = graders.get("source", assignment)
+    per_exercise = nbu.by_exercise(grader.grade(cells, skip_unaffected=True, stop_at_first_failure=True))
     assert_bug_isolated(per_exercise, exercise, f"bug {bug!r}")
 
 
@@ -102,7 +105,8 @@ def test_bug_loses_exactly_its_exercise_points(assignment, bug, graders):
 def test_visible_tests_catch_the_visible_tests_only_answer(assignment, cell, graders):
     """In the student's lab (visible tests only), a VISIBLE_ONLY answer fails a test of its own exercise."""
     answer = {cell: CATALOGUES[assignment].VISIBLE_ONLY[cell]}
-    per_exercise = nbu.by_exercise(graders.get("release", assignment).grade(answer, skip_unaffected=True))
+    per_exercise = nbu.by_exercise(graders.get("release", assignment).grade(answer, skip_unaffected=True,
+                                                                            stop_at_first_failure=True))
     got, out_of = per_exercise[cell]
     assert got < out_of, (f"{assignment}: every visible test of {cell!r} passes for its visible-tests-only answer; "
                           "a visible test must show the behaviour it misses")

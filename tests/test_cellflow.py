@@ -90,3 +90,37 @@ def test_a_variant_that_changes_a_module_behind_the_names_runs_to_the_end(grader
 def test_the_forked_scores_are_those_of_a_fresh_kernel(grader):
     variant = {"two": "def two():\n    return 3"}
     assert grader.grade(variant) == nbu.quick_grade(NB, variant) == {"test_one": (1.0, 1.0), "test_two": (0.0, 1.0)}
+
+
+def test_stopping_at_the_first_lost_points_leaves_out_only_that_exercises_later_test_cells():
+    """With stop_at_first_failure the run ends at an own-exercise test cell that lost points, if nothing but own
+    test cells remains needed; a later exercise that reads the changed code still runs."""
+    independent = _notebook(("setup", "setup", "import math"),
+                            ("solution", "one", "def one():\n    return 1"),
+                            ("test", "test_one__a", "assert one() == 1"),
+                            ("test", "test_one__b", "assert one() > 0"),
+                            ("solution", "two", "def two():\n    return 2"),
+                            ("test", "test_two", "assert two() == 2"))
+    reads_one = _notebook(*[("setup", "setup", "import math"), ("solution", "one", "def one():\n    return 1"),
+                            ("test", "test_one__a", "assert one() == 1"), ("test", "test_one__b", "assert one() > 0"),
+                            ("solution", "two", "def two():\n    return one() + 1"),
+                            ("test", "test_two", "assert two() == 2")])
+    bug = {"one": "def one():\n    return 0"}
+    g = nbu.PrefixGrader(independent)
+    try:
+        assert g.grade(bug, skip_unaffected=True, stop_at_first_failure=True) == {"test_one__a": (0.0, 1.0)}
+        assert (g.unscored, g.skipped) == (["test_one__b"], ["test_two"])
+        late = {"one": "def one():\n    return 1 if math.pi else 0\nassert True"}    # passes both: nothing left out
+        assert g.grade(late, skip_unaffected=True, stop_at_first_failure=True) == {
+            "test_one__a": (1.0, 1.0), "test_one__b": (1.0, 1.0)} and g.unscored == []
+    finally:
+        g.close()
+    g = nbu.PrefixGrader(reads_one)
+    try:
+        assert g.grade(bug, skip_unaffected=True, stop_at_first_failure=True) == {
+            "test_one__a": (0.0, 1.0), "test_one__b": (0.0, 1.0), "test_two": (0.0, 1.0)}
+        assert (g.unscored, g.skipped) == ([], [])
+    finally:
+        g.close()
+    with pytest.raises(ValueError, match="needs skip_unaffected"):
+        g.grade(bug, stop_at_first_failure=True)
