@@ -82,11 +82,18 @@ def test_grading_run_completes_and_reports_the_broken_submission(graded):
     assert "FAILED" in lines["broken"] and all("FAILED" not in lines[s] for s in lines if s != "broken"), proc.stdout
 
 
-def test_reference_solution_scores_full_marks(graded):
+def test_reference_solution_scores_full_marks_and_no_cell_fails(graded):
+    """Every cell of the reference, hidden tests and demo cells included, runs without an error under nbgrader (what
+    nbval would check of solutions/: make test-notebooks, which CI runs on another kernel path, runs them so too)."""
     assignment, course, _ = graded
     scores = autograded(cell_scores(course, "perfect", assignment))
     assert scores, "no autograded cells found"
     assert not lost_points(scores), f"reference solution lost points in {lost_points(scores)}"
+    graded_nb = nbu.read(next((course / "autograded" / "perfect" / assignment).glob("*.ipynb")))
+    failed = [(nbu.grade_id(c) or f"cell {i}", o.get("ename"), (o.get("evalue") or "")[:200])
+              for i, c in enumerate(graded_nb.cells) if c.cell_type == "code"
+              for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not failed, f"cells of the reference solution raised under nbgrader: {failed}"
 
 
 def test_blank_release_scores_zero(graded):

@@ -132,6 +132,7 @@ class _Payload:
         return (Path.write_text, (Path("/tmp/challenge-pwned"), "ran"))
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")   # torch.load's note on the hand-made pickle
 def test_a_run_file_that_carries_code_is_not_run(tmp_path):
     Path("/tmp/challenge-pwned").unlink(missing_ok=True)
     (tmp_path / "evil.pt").write_bytes(pickle.dumps({"record": _Payload()}))
