@@ -68,15 +68,16 @@ class SafeExecute(Execute):
         if not locked:
             return super().preprocess_cell(cell, resources, index)
         note = ""
-        if is_test:
-            ok, out = self._hidden("print(', '.join(_grader_guard.restore()))", index)
+        if is_test:   # restore, then remember the namespace: one round trip to the kernel, not two
+            ok, out = self._hidden("print(', '.join(_grader_guard.restore())); _grader_guard.before_locked()", index)
             if not ok:
                 why = f"the grader could not restore the grading environment before this test ({out})"
                 cell.outputs = [NotebookNode(output_type="error", ename="GraderGuardError", evalue=why,
                                              traceback=[f"GraderGuardError: {why}"])]
                 return cell, resources
             note = out.strip()
-        self._hidden("_grader_guard.before_locked()", index)
+        else:
+            self._hidden("_grader_guard.before_locked()", index)
         cell, resources = super().preprocess_cell(cell, resources, index)
         self._hidden("_grader_guard.after_locked()", index)
         if note:
