@@ -70,12 +70,17 @@ def solution_cells(nb) -> dict[str, nbformat.NotebookNode]:
     return {grade_id(c): c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
 
 
+def _is_test(meta: dict) -> bool:
+    """An autograded test cell's nbgrader metadata: graded, not a solution."""
+    return bool(meta.get("grade")) and not meta.get("solution")
+
+
 def graded_test_cells(nb) -> dict[str, nbformat.NotebookNode]:
     """Autograded test cells (grade=True, solution=False), by grade_id."""
     out = {}
     for c in nb.cells:
         meta = c.get("metadata", {}).get("nbgrader", {})
-        if c.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
+        if c.cell_type == "code" and _is_test(meta):
             out[meta["grade_id"]] = c
     return out
 
@@ -131,10 +136,6 @@ def quick_grade(source_nb, answers: dict[str, str] | None = None, timeout: int =
 def graded_code_cells(nb) -> list[nbformat.NotebookNode]:
     """The cells the quick graders run: code cells with nbgrader metadata (setup, solutions, tests), in order."""
     return [c for c in nb.cells if c.cell_type == "code" and "nbgrader" in c.get("metadata", {})]
-
-
-def _is_test(meta: dict) -> bool:
-    return bool(meta.get("grade")) and not meta.get("solution")
 
 
 def _score(meta: dict, outcome: dict) -> tuple[float, float]:

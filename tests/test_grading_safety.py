@@ -22,7 +22,7 @@ import pytest
 
 from autograder import notebooks as nbu
 from autograder import sandbox
-from course import cell_scores, load_catalogue, make_course, release_nb, run_grade, source_nb, submit
+from course import cell_scores, first_bug, make_course, release_nb, run_grade, source_nb, submit
 
 ASSIGNMENT = "01_signal_propagation"
 CELL_TIMEOUT = 15  # seconds before a cell that hangs is interrupted (it then scores 0)
@@ -117,9 +117,10 @@ TAMPERING = {
 
 
 def first_exercise_bug() -> tuple[str, str]:
-    first = code_solution_ids(source_nb(ASSIGNMENT))[0]
-    bug = next(cells for cells in load_catalogue(ASSIGNMENT).BUGS.values() if set(cells) == {first})
-    return first, bug[first]
+    """(solution cell, wrong source) of the catalogue's first bug of the first exercise (course.first_bug)."""
+    ((first, wrong),) = first_bug(ASSIGNMENT)[1].items()
+    assert first == code_solution_ids(source_nb(ASSIGNMENT))[0], "lab 1's first exercise should have a catalogued bug"
+    return first, wrong
 
 
 @pytest.fixture(scope="module")
