@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from autograder import notebooks as nbu
-from course import ASSIGNMENTS, CATALOGUE, assert_bug_isolated, load_catalogue, release_nb, source_nb
+from course import ASSIGNMENTS, CATALOGUE, assert_bug_isolated, load_catalogue, lost_points, release_nb, source_nb
 
 CATALOGUES = {a: load_catalogue(a) for a in ASSIGNMENTS if (CATALOGUE / f"{a}.py").exists()}
 
@@ -88,6 +88,19 @@ def graders():
     g = _Graders()
     yield g
     g.close()
+
+
+# Defined before the bug test: in each assignment's group it runs first, where the worker has run nothing yet (a
+# correct alternative usually rewrites the first exercise too, and the worker only moves forward).
+@pytest.mark.parametrize("assignment", [pytest.param(a, marks=pytest.mark.xdist_group(f"catalogue::{a}"))
+                                        for a in CATALOGUES])
+def test_the_correct_alternative_keeps_every_point(assignment, graders):
+    """The catalogue's ALTERNATIVE (a correct solution written differently, in many exercises at once) scores full
+    marks in every test cell, hidden tests included, graded as the bugs are (test_autograder's buggy submission
+    proves that this grading scores as nbgrader does)."""
+    scores = graders.get("source", assignment).grade(CATALOGUES[assignment].ALTERNATIVE, skip_unaffected=True)
+    assert scores and not lost_points(scores), \
+        f"{assignment}: the catalogue's correct alternative lost points in {lost_points(scores)}"
 
 
 @pytest.mark.parametrize("assignment,bug", CASES)
