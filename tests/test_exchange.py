@@ -7,7 +7,8 @@ and a scratch exchange folder (world-writable, sticky bit, as `make install` cre
     instructor  nbgrader release_assignment
     student     nbgrader fetch_assignment   -> ~/training-infra/<lab>/ (their own copy, owned by them)
     student     edits the notebook (one exercise and the written question answered), nbgrader submit
-    instructor  nbgrader collect, `python -m autograder.grade` (make grade's CLI), release_feedback
+    instructor  nbgrader collect, `python -m autograder.grade` (make grade's CLI: sandboxed with no root, the
+                student's code cannot read the instructor's solutions), release_feedback
     student     nbgrader fetch_feedback     -> the feedback HTML with their score, the written answer
                                                marked as awaiting grading
 
@@ -180,7 +181,12 @@ def test_release_fetch_submit_collect_grade_feedback_round_trip(two_users):
     first = next(iter(reference))
     written = next(g for g, c in nbu.solution_cells(source).items() if c.cell_type == "markdown")
     edited = base / "edited.ipynb"
-    nbformat.write(nbu.fill(release, {first: reference[first], written: "Because of the default init."}), str(edited))
+    # The student's answer also tries to read the instructor's reference solution (the grader's account can).
+    solution = course / "solutions" / LAB / notebook_name(LAB)
+    probe = (f"try:\n    open({str(solution)!r}).read()\n    print('SOLUTIONS-' + 'LEAKED')\n"
+             f"except OSError:\n    print('SOLUTIONS-' + 'HIDDEN')\n")
+    nbformat.write(nbu.fill(release, {first: probe + reference[first], written: "Because of the default init."}),
+                   str(edited))
     edited.chmod(0o644)
 
     # instructor: release
@@ -204,6 +210,19 @@ def test_release_fetch_submit_collect_grade_feedback_round_trip(two_users):
                      "--course-dir", str(course), "--assignment", LAB, "--jobs", "1")
     row = next((ln for ln in proc.stdout.splitlines() if ln.startswith(student)), "")
     assert row, proc.stdout
+    # Graded in the sandbox by an ordinary account: the student's code saw no solutions, and what grading wrote
+    # belongs to the instructor (nbgrader's Formgrader, run as the instructor, can still write it).
+    assert "without isolation" not in proc.stdout + proc.stderr, proc.stdout
+    log = (course / "autograded" / "_logs" / f"autograde_{student}_{LAB}.log").read_text(encoding="utf-8")
+    assert log.startswith(f"[autograde {LAB} --student {student}, sandboxed]"), log[:300]
+    graded_nb = course / "autograded" / student / LAB / fetched.name
+    outputs = graded_nb.read_text(encoding="utf-8")
+    assert "SOLUTIONS-HIDDEN" in outputs and "SOLUTIONS-LEAKED" not in outputs, \
+        "the student's code, graded as the instructor's account, could read the instructor's solutions"
+    written_by_grading = [p for d in ("autograded", "feedback", "grades") for p in (course / d).rglob("*")]
+    assert written_by_grading and {owner(p) for p in written_by_grading} == {instructor}, \
+        {str(p): owner(p) for p in written_by_grading if owner(p) != instructor}
+    assert owner(course / "gradebook.db") == instructor
     users.nbgrader(instructor, instructor_home, course, "release_feedback", LAB)
 
     # student: fetch the feedback and see the score

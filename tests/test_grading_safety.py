@@ -308,3 +308,17 @@ def test_the_hub_configuration_loads_and_names_the_course_groups():
     course_id = course.CourseDirectory.course_id
     assert set(hub.JupyterHub.load_groups) == {f"nbgrader-{course_id}", f"formgrade-{course_id}"}
     assert [s["name"] for s in hub.JupyterHub.services] == [course_id]
+
+
+@pytest.mark.xdist_group("grading-refusal")
+def test_where_no_sandbox_can_be_made_grade_grades_nothing_and_says_why(tmp_path):
+    """Never silently unsandboxed: a bwrap that cannot make the sandbox (here: one that always fails) stops make grade
+    before any submission runs; the gradebook, feedback and grades stay as they were (none yet)."""
+    course = make_course(tmp_path)
+    submit(course, "someone", ASSIGNMENT, release_nb(ASSIGNMENT))
+    proc = subprocess.run([sys.executable, "-m", "autograder.grade", "--course-dir", str(course)], capture_output=True,
+                          text=True, cwd=course, env={**os.environ, "GRADER_BWRAP": shutil.which("false")})
+    assert proc.returncode == 3, (proc.returncode, proc.stdout, proc.stderr)
+    assert "grading sandbox cannot be made here" in proc.stderr and "UNSANDBOXED=1" in proc.stderr, proc.stderr
+    assert not any((course / d).exists() for d in ("gradebook.db", "autograded", "feedback", "grades")), \
+        sorted(p.name for p in course.iterdir())
