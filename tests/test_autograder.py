@@ -131,6 +131,8 @@ def test_warnings_from_every_test_cell_cost_no_points_and_stay_in_the_feedback(g
     quiet = [nbu.grade_id(c) for c in after_hook
              if not any("a harmless library warning" in o.get("text", "") for o in c.get("outputs", []))]
     assert after_hook and not quiet, f"these test cells emitted no warning, so the proof does not cover them: {quiet}"
+    lost = lost_points(autograded(cell_scores(course, "perfect", assignment)))
+    assert not lost, f"test cells that wrote a warning to stderr lost points: {lost}"
 
 
 def test_a_catalogued_bug_loses_only_its_exercise_points_under_nbgrader(graded):
