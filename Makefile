@@ -16,7 +16,7 @@ PORT ?= 8888
 # Jupyter refuses to run as root unless told to (containers and CI machines often are root).
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test test-notebooks test-portability test-gpu labs grade install normalize clean-grading help my-work reset-lab exercises validate student-edition site check-pythons
+.PHONY: hub lab test test-notebooks test-portability test-gpu labs grade install normalize clean-grading help my-work reset-lab exercises validate student-edition site check-pythons
 
 help:
 	@echo "For students (work in my-work/, never in labs/):"
@@ -33,6 +33,7 @@ help:
 	@echo "make labs   regenerate labs/ from solutions/; stops, overwriting nothing, if a file in labs/ was edited by hand (FORCE=1 overwrites)"
 	@echo "make student-edition  build the student edition (no solutions, hidden tests or grading tools) into build/student-edition/ (EDITION=dir, ARCHIVE=1 adds a .tar.gz)"
 	@echo "make grade  autograde submitted/<student>/<assignment>/ (JOBS at once, sandboxed without root), write feedback/ and grades/grades.csv"
+	@echo "make hub    (as root) JupyterHub for a class on this Linux server: sudo make hub STUDENTS=\"ann bob\" INSTRUCTORS=\"cy\" (PAM; to try it: sudo HUB_PASSWORD=... make hub AUTH=shared ...)"
 	@echo "make test-gpu  CUDA-only checks (skip without a GPU) and the mixed-precision speed/memory table"
 	@echo "make normalize strip outputs and fix metadata of lessons/ and solutions/ notebooks (before committing)"
 	@echo "make site  execute every lesson (JOBS at once) and build their readable HTML edition in build/site/ (FORCE=1 re-executes all)"
@@ -120,6 +121,19 @@ student-edition: install
 # says why. UNSANDBOXED=1 grades anyway, each submission's code with your rights: never for a class.
 grade: install
 	$(BIN)/python -m autograder.grade --jobs $(JOBS) $(if $(UNSANDBOXED),--no-sandbox)
+
+# Instructor, on a Linux server, as root: JupyterHub for a class (autograder/hub.py; README "Run the course for a
+# class"). The checkout's .venv is built as the account that owns the checkout (the grader), never as root.
+HUB_DIR ?= /srv/training-infra
+BIND_URL ?= http://127.0.0.1:8000
+AUTH ?= pam
+OWNER := $(shell stat -c %U . 2>/dev/null)
+hub:
+	@test "$$(id -u)" = 0 || { echo "make hub: run it as root (sudo make hub STUDENTS=... INSTRUCTORS=...)"; exit 2; }
+	@test "$(OWNER)" != root || { echo "make hub: this checkout belongs to root: clone the course as the grading account"; exit 2; }
+	runuser -u $(OWNER) -- $(MAKE) --no-print-directory install PYTHON=$(PYTHON)
+	$(BIN)/python -m autograder.hub --hub-dir $(HUB_DIR) --students "$(STUDENTS)" \
+	  --instructors "$(INSTRUCTORS)" --auth $(AUTH) --bind-url $(BIND_URL) --python $(PYTHON)
 
 normalize: install
 	$(BIN)/python -m autograder.notebooks normalize lessons/*.ipynb solutions/*/*.ipynb

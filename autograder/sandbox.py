@@ -109,10 +109,15 @@ def wrap(cmd: list[str], course: Path, batch: Path, scratch: Path, limits: Limit
     mounts = list(_BASE_MOUNTS)
     if not str(batch.resolve()).startswith("/tmp/"):
         mounts += ["--tmpfs", str(batch)]
-    for path in kept_paths(course, scratch):
+    kept = kept_paths(course, scratch)
+    for path in kept:
         mounts += ["--bind" if Path(path) == scratch.resolve() else "--ro-bind", path, path]
     for rel in HIDDEN:
-        p = course / rel
+        # A hidden path may be a link (make hub links .nbgrader_exchange to the hub's exchange, which holds every
+        # student's submissions): what is hidden is where it leads, unless that lies in the empty /tmp already.
+        p = (course / rel).resolve()
+        if p.is_relative_to("/tmp") and not any(p.is_relative_to(k) for k in kept):
+            continue
         if p.is_dir():
             mounts += ["--tmpfs", str(p)]
         elif p.exists():

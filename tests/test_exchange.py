@@ -82,13 +82,22 @@ def folders_to_reach() -> list[tuple[Path, Path]]:
     return sorted(pairs, key=lambda pair: (len(pair[0].parts), str(pair[1])))
 
 
+def reachable(cmd: list[str]) -> list[str]:
+    """``cmd`` (run as root) in a private mount namespace where the interpreter, the venv and the checkout are
+    reachable by every account (REACH), when a folder on the way is closed to them; ``cmd`` itself otherwise."""
+    blocked = folders_to_reach()
+    if not blocked:
+        return cmd
+    return ["unshare", "--mount", "--propagation", "private", "bash", "-c", REACH, "reach",
+            str(len(blocked)), *[str(p) for pair in blocked for p in pair], *cmd]
+
+
 class Users:
     """Throw-away local accounts, removed afterwards."""
 
     def __init__(self, base: Path):
         self.base = base
         self.names: list[str] = []
-        self.blocked = folders_to_reach()
 
     def add(self, role: str) -> tuple[str, Path]:
         name = f"nbx{role[:4]}{uuid.uuid4().hex[:6]}"
@@ -98,14 +107,15 @@ class Users:
         self.names.append(name)
         return name, home
 
-    def run(self, user: str, home: Path, cwd: Path, *cmd: str) -> subprocess.CompletedProcess:
+    def attempt(self, user: str, home: Path, cwd: Path, *cmd: str) -> subprocess.CompletedProcess:
+        """``cmd`` as ``user``, with that user's HOME and nothing else of root's environment."""
         env = {"HOME": str(home), "USER": user, "LOGNAME": user, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
                "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
-        full = ["runuser", "-u", user, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()], *cmd]
-        if self.blocked:
-            full = ["unshare", "--mount", "--propagation", "private", "bash", "-c", REACH, "reach",
-                    str(len(self.blocked)), *[str(p) for pair in self.blocked for p in pair], *full]
-        proc = subprocess.run(full, cwd=cwd, capture_output=True, text=True, timeout=300)
+        full = reachable(["runuser", "-u", user, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()], *cmd])
+        return subprocess.run(full, cwd=cwd, capture_output=True, text=True, timeout=300)
+
+    def run(self, user: str, home: Path, cwd: Path, *cmd: str) -> subprocess.CompletedProcess:
+        proc = self.attempt(user, home, cwd, *cmd)
         assert proc.returncode == 0, f"`{' '.join(cmd[2:] if cmd[:2] == (sys.executable, '-m') else cmd)}` as " \
                                      f"{user} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         return proc

@@ -298,18 +298,6 @@ def test_a_failure_of_the_graders_own_keeps_the_previous_grade_and_feedback(grad
     assert row_after == row_before, f"nor the grades CSV: {row_before!r} became {row_after!r}"
 
 
-def test_the_hub_configuration_loads_and_names_the_course_groups():
-    """The JupyterHub starting point (autograder/jupyterhub/) must at least load and agree with nbgrader's config."""
-    from traitlets.config.loader import PyFileConfigLoader
-
-    root = Path(__file__).resolve().parents[1]
-    hub = PyFileConfigLoader("jupyterhub_config.py", path=str(root / "autograder" / "jupyterhub")).load_config()
-    course = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
-    course_id = course.CourseDirectory.course_id
-    assert set(hub.JupyterHub.load_groups) == {f"nbgrader-{course_id}", f"formgrade-{course_id}"}
-    assert [s["name"] for s in hub.JupyterHub.services] == [course_id]
-
-
 @pytest.mark.xdist_group("grading-refusal")
 def test_where_no_sandbox_can_be_made_grade_grades_nothing_and_says_why(tmp_path):
     """Never silently unsandboxed: a bwrap that cannot make the sandbox (here: one that always fails) stops make grade

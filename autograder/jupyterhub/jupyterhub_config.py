@@ -1,58 +1,90 @@
-"""JupyterHub configuration for running the course for a class (a starting point to adapt, not run as is).
+"""JupyterHub for the course on one Linux server: what `make hub` starts (autograder/hub.py writes the settings).
 
-Every part is a well-known component: JupyterHub and its proxy, an authenticator, a spawner, nbgrader's
-exchange and its formgrader as a hub service. Nothing here is the course's own. See README.md beside this file.
+    sudo make hub STUDENTS="ann bob" INSTRUCTORS="cy"
 
-    jupyterhub -f autograder/jupyterhub/jupyterhub_config.py
+Every part is a standard one: JupyterHub and its proxy, PAM (or the shared-password authenticator, to try it),
+the LocalProcessSpawner (each user's server is a process of that user), nbgrader's exchange, and nbgrader's
+Formgrader as a hub service. README.md beside this file says how the same settings scale out.
 """
+import json
 import os
+from pathlib import Path
 
 c = get_config()  # noqa: F821 (injected by JupyterHub)
 
-COURSE_ID = "training-infra"             # must equal c.CourseDirectory.course_id in nbgrader_config.py
-GRADER = f"grader-{COURSE_ID}"           # a system account that owns the instructor repository
-INSTRUCTORS = os.environ.get("COURSE_INSTRUCTORS", "").split()
-STUDENTS = os.environ.get("COURSE_STUDENTS", "").split()
+HUB = Path(os.environ.get("TRAINING_INFRA_HUB", "/srv/training-infra"))
+S = json.loads((HUB / "state" / "settings.json").read_text())
+COURSE_ID, STUDENTS, INSTRUCTORS = S["course_id"], S["students"], S["instructors"]
+STUDENT_BIN = str(Path(S["student_env"]) / "bin")
+COURSE_BIN = str(Path(S["course_python"]).parent)
 
-# --- Who may log in: your institution's single sign-on (OAuthenticator / LTIAuthenticator) in production;
-# PAM (system accounts) on a single teaching server.
-c.JupyterHub.authenticator_class = os.environ.get("HUB_AUTHENTICATOR", "pam")
-c.Authenticator.allowed_users = set(INSTRUCTORS + STUDENTS)
-c.Authenticator.admin_users = set(INSTRUCTORS)
+c.JupyterHub.bind_url = S["bind_url"]                  # loopback unless make hub was told otherwise
+c.JupyterHub.hub_bind_url = "http://127.0.0.1:8081"
+c.JupyterHub.db_url = f"sqlite:///{HUB / 'state' / 'jupyterhub.sqlite'}"
+c.JupyterHub.cookie_secret_file = str(HUB / "state" / "jupyterhub_cookie_secret")
+c.ConfigurableHTTPProxy.command = [str(Path(COURSE_BIN) / "configurable-http-proxy")]  # pinned: pyproject.toml
+c.ConfigurableHTTPProxy.pid_file = str(HUB / "state" / "proxy.pid")
 
-# --- Where each user's server runs: one container per user from the course image (the student edition with
-# `pip install -e .` done at build time), so everyone has the pinned stack. DockerSpawner on one machine,
-# KubeSpawner (Zero to JupyterHub) past one machine.
-c.JupyterHub.spawner_class = os.environ.get("HUB_SPAWNER", "dockerspawner.DockerSpawner")
-c.DockerSpawner.image = os.environ.get("COURSE_IMAGE", "training-infra-student:latest")
+# --- Who may log in: the server's own accounts (PAM), or, to try the course, one shared password.
+if S["auth"] == "shared":
+    c.JupyterHub.authenticator_class = "shared-password"
+    c.SharedPasswordAuthenticator.user_password = os.environ["HUB_PASSWORD"]
+else:
+    c.JupyterHub.authenticator_class = "pam"
+    c.PAMAuthenticator.open_sessions = False           # LocalProcessSpawner does not need PAM sessions
+c.Authenticator.allowed_users = set(STUDENTS + INSTRUCTORS)
+
+# --- Each user's server: a process of that user, running the student edition's environment, in their home.
+# LocalProcessSpawner enforces no memory or CPU limit (mem_limit/cpu_limit are ignored by it): one lab's kernel
+# needs about 1 GB and 2 cores for a minute. For enforced limits, use systemdspawner, DockerSpawner or KubeSpawner.
+c.JupyterHub.spawner_class = "localprocess"
+c.Spawner.cmd = [str(Path(STUDENT_BIN) / "jupyterhub-singleuser")]
+c.Spawner.notebook_dir = "~"
 c.Spawner.default_url = "/lab"
-c.Spawner.mem_limit = "4G"               # every notebook runs in about a minute on 2 CPU cores
-c.Spawner.cpu_limit = 2
-c.Spawner.environment = {"WANDB_MODE": "offline", "TRAINKIT_FORCE_CPU": os.environ.get("TRAINKIT_FORCE_CPU", "0")}
-# nbgrader's exchange: one shared folder (NFS or a ReadWriteMany volume) mounted at the same path everywhere,
-# world-writable with the sticky bit (mode 1777), as nbgrader's docs describe.
-EXCHANGE = "/srv/nbgrader/exchange"
-c.DockerSpawner.volumes = {"/srv/nbgrader/exchange": EXCHANGE, "jupyterhub-user-{username}": "/home/jovyan/work"}
 
-# --- Roles: nbgrader reads course membership from hub groups named nbgrader-<course> (students) and
+
+def role_environment(spawner):
+    role = "instructor" if spawner.user.name in INSTRUCTORS else "student"
+    spawner.environment.update({
+        "PATH": f"{STUDENT_BIN}:/usr/local/bin:/usr/bin:/bin",     # a terminal's python is the course's
+        "JUPYTER_CONFIG_PATH": str(Path(S["config_path"]) / role),  # the role's panels and nbgrader config
+        "WANDB_MODE": "offline",
+    })
+
+
+c.Spawner.pre_spawn_hook = role_environment
+# What a server's own token may do: the default (post activity), plus what nbgrader's panels ask the hub: the
+# user's groups (the course list), the services (where the Formgrader is) and access to the Formgrader. A token
+# gets only the part its user holds, so a student's server gets no access to the Formgrader.
+c.Spawner.server_token_scopes = ["users:activity!user", "read:users:groups!user", "read:services",
+                                 f"access:services!service={COURSE_ID}"]
+
+# --- Roles: nbgrader reads course membership from the groups nbgrader-<course> (students) and
 # formgrade-<course> (instructors).
 c.JupyterHub.load_groups = {
     f"nbgrader-{COURSE_ID}": {"users": STUDENTS},
     f"formgrade-{COURSE_ID}": {"users": INSTRUCTORS},
 }
-# The formgrader runs once for the course, as the grader account, in the instructor repository; instructors
-# reach it through the hub. Its server needs to read group membership to list students' courses.
-c.JupyterHub.services = [{
-    "name": COURSE_ID,
-    "url": "http://127.0.0.1:9999",
-    "command": ["jupyterhub-singleuser", "--port=9999", f"--ServerApp.root_dir=/home/{GRADER}/course"],
-    "user": GRADER,
-    "cwd": f"/home/{GRADER}/course",
-    "environment": {"JUPYTERHUB_DEFAULT_URL": "/lab", "WANDB_MODE": "offline"},
-}]
 c.JupyterHub.load_roles = [
     {"name": f"formgrade-{COURSE_ID}", "groups": [f"formgrade-{COURSE_ID}"],
      "scopes": [f"access:services!service={COURSE_ID}"]},
     {"name": f"service-{COURSE_ID}", "services": [COURSE_ID],
-     "scopes": ["read:users:groups", "list:users", "groups", "users"]},
+     "scopes": ["list:users", "read:users:groups", "groups"]},
 ]
+
+# --- The Formgrader: one server for the course, as the grader account, in the instructor's checkout, on the
+# checkout's own environment (its PATH first: nbgrader runs its helpers, alembic among them, by name).
+c.JupyterHub.services = [{
+    "name": COURSE_ID,
+    "url": "http://127.0.0.1:9999",
+    "command": [str(Path(COURSE_BIN) / "jupyterhub-singleuser"), f"--ServerApp.root_dir={S['course']}"],
+    "user": S["grader"],
+    "cwd": S["course"],
+    "oauth_no_confirm": True,        # instructors reach it from their own Lab without a consent page
+    "environment": {
+        "PATH": f"{COURSE_BIN}:/usr/local/bin:/usr/bin:/bin",
+        "JUPYTER_CONFIG_PATH": str(Path(S["config_path"]) / "formgrader"),
+        "JUPYTERHUB_DEFAULT_URL": "/lab",
+        "WANDB_MODE": "offline",
+    },
+}]
