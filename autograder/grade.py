@@ -36,6 +36,7 @@ import sys
 import tempfile
 import warnings
 from concurrent.futures import as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,6 +117,8 @@ def make_template(course: Path, assignment: str, batch: Path, logs: Path) -> Pat
     template = batch / "templates" / assignment
     (template / "solutions").mkdir(parents=True)
     shutil.copy(course / CONFIG, template / CONFIG)
+    with open(template / CONFIG, "a", encoding="utf-8") as config:
+        config.write(SCRATCH_GRADEBOOK)
     shutil.copytree(course / "solutions" / assignment, template / "solutions" / assignment)
     if not nbgrader_in_process(template, "generate_assignment", assignment, log=logs / f"template_{assignment}.log",
                                **{"CourseDirectory.release_directory": SCRATCH_RELEASE}):
@@ -139,7 +142,33 @@ def _copy_due_date(course: Path, template: Path, assignment: str) -> None:
 
 
 def db_url(course: Path) -> str:
-    return f"sqlite:///{course / 'gradebook.db'}"
+    """The gradebook of the course folder ``course``: its nbgrader_config.py's CourseDirectory.db_url (a database
+    server, when several grading shards share one course), else gradebook.db in the folder. Scratch copies always
+    have their own (make_template)."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader(CONFIG, path=str(course)).load_config()
+    return config.CourseDirectory.get("db_url") or f"sqlite:///{course / 'gradebook.db'}"
+
+
+# Appended to each scratch copy's nbgrader_config.py: its own SQLite gradebook, whatever the course's db_url says.
+SCRATCH_GRADEBOOK = ('\n# autograder/grade.py: a scratch copy grades into its own gradebook\nimport os\n'
+                     'c.CourseDirectory.db_url = "sqlite:///" + os.path.join(os.path.dirname(os.path.abspath(__file__)), '
+                     '"gradebook.db")\n')
+
+
+@contextmanager
+def shared_course_lock(course: Path):
+    """Grading shards (several `make grade --student ...` at once on one course: one shared folder and database)
+    take turns where they write what all of them share: the assignment's rows in the gradebook, the CSV export."""
+    import fcntl
+
+    with open(course / ".grading.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -452,11 +481,24 @@ def written_column(course: Path, student: str, assignment: str) -> str:
         return f"{sum(g.score or 0.0 for g in manual):g} / {sum(g.max_score for g in manual):g}"
 
 
+def shard_spec(text: str) -> tuple[int, int]:
+    try:
+        shard, shards = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: write K/N, e.g. 0/4") from None
+    if not 0 <= shard < shards:
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: K must be 0 to N-1")
+    return shard, shards
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--course-dir", type=Path, default=Path.cwd(), help="course root (holds nbgrader_config.py)")
     ap.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
     ap.add_argument("--student", action="append", help="grade only this student (repeatable)")
+    ap.add_argument("--shard", type=shard_spec, metavar="K/N",
+                    help="grade only shard K of N (0 <= K < N): every N-th student, in name order, from the K-th; N "
+                         "shards at once on a shared course folder and gradebook database grade the class once")
     ap.add_argument("--jobs", type=int, default=int(os.environ.get("JOBS") or os.cpu_count() or 1),
                     help="submissions graded at once (default: $JOBS, else the number of cores)")
     ap.add_argument("--cell-timeout", type=int, default=None,
@@ -473,6 +515,11 @@ def main(argv: list[str] | None = None) -> int:
     logs = course / "autograded" / "_logs"
 
     subs = find_submissions(course, args.assignment, args.student)
+    if args.shard:
+        shard, shards = args.shard
+        names = sorted({student for student, _ in subs})
+        mine = {name for i, name in enumerate(names) if i % shards == shard}
+        subs = [(student, assignment) for student, assignment in subs if student in mine]
     if not subs:
         print(f"Nothing to grade: put submissions under {course / 'submitted'}/<student>/<assignment>/<notebook>.ipynb")
         return 2
@@ -498,8 +545,10 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             log = logs / f"generate_{assignment}.log"
             template = None
-            if nbgrader_in_process(course, "generate_assignment", assignment, log=log,
-                                   **{"CourseDirectory.release_directory": SCRATCH_RELEASE}):
+            with shared_course_lock(course):
+                generated = nbgrader_in_process(course, "generate_assignment", assignment, log=log,
+                                                **{"CourseDirectory.release_directory": SCRATCH_RELEASE})
+            if generated:
                 template = make_template(course, assignment, batch, logs)
             if template is None:
                 failed.update({(s, assignment): f"could not generate the assignment, see {log}" for s in students})
@@ -540,7 +589,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"see {logs / f'feedback_{student}_{assignment}.log'}")
     (course / "grades").mkdir(exist_ok=True)
     csv = course / "grades" / "grades.csv"
-    if not nbgrader(course, "export", f"--to={csv}", log=logs / "export.log"):
+    with shared_course_lock(course):
+        exported = nbgrader(course, "export", f"--to={csv}", log=logs / "export.log")
+        board = challenge_check.write_leaderboard(course)
+    if not exported:
         print(f"warning: {csv} was not written, see {logs / 'export.log'}")
 
     # "written": points that still await manual grading (Formgrader), or the manual score once graded.
@@ -550,7 +602,6 @@ def main(argv: list[str] | None = None) -> int:
         status = f"FAILED: {failed[(student, assignment)]}" if (student, assignment) in failed else "ok"
         written = written_column(course, student, assignment)
         print(f"{student:<20} {assignment:<28} {got:>5g} / {out_of:<5g}  {written:<10}  {status}")
-    board = challenge_check.write_leaderboard(course)
     pending = [f"{s}/{a}" for s, a in subs if scores(course, s, a)[2]]
     if pending:
         print(f"\n{len(pending)} submission(s) await manual grading (Formgrader); then `make grade` again "

@@ -147,7 +147,7 @@ def student_env(hub: Path, python: str) -> Path:
 
 
 def setup(hub: Path, course: Path, students: list[str], instructors: list[str], auth: str, env: Path | None,
-          python: str, bind_url: str) -> dict:
+          python: str, bind_url: str, internal_ports: list[int]) -> dict:
     if os.geteuid() != 0:
         raise SetupError("run it as root (sudo make hub ...): the hub starts each user's server as that user")
     if auth not in ("pam", "shared"):
@@ -187,6 +187,7 @@ def setup(hub: Path, course: Path, students: list[str], instructors: list[str], 
         "course_id": COURSE_ID, "course": str(course), "grader": grader.pw_name,
         "course_python": str(venv_python), "student_env": str(env), "config_path": str(hub / "jupyter"),
         "students": students, "instructors": instructors, "auth": auth, "bind_url": bind_url,
+        "internal_ports": dict(zip(("hub", "formgrader", "proxy_api"), internal_ports)),
     }
     (hub / "state" / SETTINGS).write_text(json.dumps(settings, indent=1) + "\n")
     return settings
@@ -210,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--auth", default="pam", help="pam (default) or shared (HUB_PASSWORD: one password)")
     parser.add_argument("--bind-url", default=DEFAULT_BIND_URL,
                         help="where the hub listens (default: loopback only; put TLS in front to open it)")
+    parser.add_argument("--internal-ports", default="8081,9999,8001", type=lambda t: [int(p) for p in t.split(",")],
+                        help="loopback ports of the hub's API, the Formgrader service and the proxy's API")
     parser.add_argument("--python", default=shutil.which("python3") or sys.executable,
                         help="the Python the students' environment is built with")
     parser.add_argument("--student-env", type=Path, help="an existing environment to run users' servers with "
@@ -218,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     names = lambda text: [n for n in text.replace(",", " ").split() if n]  # noqa: E731
     settings = setup(args.hub_dir.resolve(), args.course.resolve(), names(args.students), names(args.instructors),
-                     args.auth, args.student_env, args.python, args.bind_url)
+                     args.auth, args.student_env, args.python, args.bind_url, args.internal_ports)
     print(f"make hub: {len(settings['students'])} students, {len(settings['instructors'])} instructors; "
           f"Formgrader as {settings['grader']} in {settings['course']}; open {settings['bind_url']}", flush=True)
     if not args.setup_only:

@@ -123,7 +123,8 @@ def hub(two_users):  # noqa: F811
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "autograder.hub", "--hub-dir", str(hub_dir), "--course", str(course),
                "--students", " ".join(n for n, _ in students), "--instructors", instructor, "--auth", "shared",
-               "--bind-url", url, "--student-env", sys.prefix]
+               "--bind-url", url, "--student-env", sys.prefix,
+               "--internal-ports", ",".join(str(free_port()) for _ in range(3))]
     env = {**os.environ, "HUB_PASSWORD": PASSWORD, "PYTHONPATH": str(ROOT)}
     log = (base / "hub.log").open("w")
     proc = subprocess.Popen(reachable(command), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -134,11 +135,14 @@ def hub(two_users):  # noqa: F811
         yield {"url": url, "base": base, "hub_dir": hub_dir, "course": course, "users": users, "instructor": (instructor, instructor_home),
                "students": students, "log": base / "hub.log", "start_s": time.monotonic() - started}
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            print((base / "hub.log").read_text(encoding="utf-8")[-6000:])
         log.close()
         shutil.rmtree(hub_dir, ignore_errors=True)
 
@@ -230,7 +234,8 @@ def test_the_hub_configuration_loads_listens_on_loopback_and_names_the_course(tm
     (tmp_path / "state" / hub.SETTINGS).write_text(json.dumps({
         "course_id": hub.COURSE_ID, "course": str(ROOT), "grader": "grader", "course_python": sys.executable,
         "student_env": sys.prefix, "config_path": str(tmp_path / "jupyter"), "students": ["ann", "bob"],
-        "instructors": ["cy"], "auth": "pam", "bind_url": hub.DEFAULT_BIND_URL}))
+        "instructors": ["cy"], "auth": "pam", "bind_url": hub.DEFAULT_BIND_URL,
+        "internal_ports": {"hub": 8081, "formgrader": 9999, "proxy_api": 8001}}))
     monkeypatch.setenv("TRAINING_INFRA_HUB", str(tmp_path))
     config = PyFileConfigLoader(hub.CONFIG.name, path=str(hub.CONFIG.parent)).load_config()
     course_id = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config().CourseDirectory.course_id

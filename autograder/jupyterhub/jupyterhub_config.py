@@ -19,7 +19,9 @@ STUDENT_BIN = str(Path(S["student_env"]) / "bin")
 COURSE_BIN = str(Path(S["course_python"]).parent)
 
 c.JupyterHub.bind_url = S["bind_url"]                  # loopback unless make hub was told otherwise
-c.JupyterHub.hub_bind_url = "http://127.0.0.1:8081"
+PORTS = S["internal_ports"]                            # all on loopback
+c.JupyterHub.hub_bind_url = f"http://127.0.0.1:{PORTS['hub']}"
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{PORTS['proxy_api']}"
 c.JupyterHub.db_url = f"sqlite:///{HUB / 'state' / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(HUB / "state" / "jupyterhub_cookie_secret")
 c.ConfigurableHTTPProxy.command = [str(Path(COURSE_BIN) / "configurable-http-proxy")]  # pinned: pyproject.toml
@@ -76,7 +78,7 @@ c.JupyterHub.load_roles = [
 # checkout's own environment (its PATH first: nbgrader runs its helpers, alembic among them, by name).
 c.JupyterHub.services = [{
     "name": COURSE_ID,
-    "url": "http://127.0.0.1:9999",
+    "url": f"http://127.0.0.1:{PORTS['formgrader']}",
     "command": [str(Path(COURSE_BIN) / "jupyterhub-singleuser"), f"--ServerApp.root_dir={S['course']}"],
     "user": S["grader"],
     "cwd": S["course"],
