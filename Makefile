@@ -54,7 +54,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 # nbgrader's exchange folder (nbgrader_config.py): world-writable with the sticky bit, as nbgrader requires.
-	@mkdir -p .nbgrader_exchange && chmod 1777 .nbgrader_exchange
+# Under make hub it is a link to the hub's exchange (root's, already 1777): left as it is.
+	@test -L .nbgrader_exchange || { mkdir -p .nbgrader_exchange && chmod 1777 .nbgrader_exchange; }
 
 # Students' own copies of the labs: each released lab is copied once into my-work/ (git-ignored); an
 # existing copy is never written to (trainkit/workspace.py). The student edition's Makefile does the same.
