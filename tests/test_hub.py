@@ -194,9 +194,9 @@ def test_a_class_round_trip_through_the_hub(hub):
                 nbformat.write(answer, str(fetched))   # as root: the file keeps its owner
             student.action("submit")
 
-        # A student can read neither the checkout's solutions nor another student's home.
+        # A student can read neither the checkout's solutions, nor another student's home, nor list the submissions.
         solution = course / "solutions" / LAB / notebook_name(LAB)
-        for target in (solution, students[1].home):
+        for target in (solution, students[1].home, hub["hub_dir"] / "exchange" / COURSE_ID / "inbound"):
             proc = hub["users"].attempt(students[0].name, students[0].home, students[0].home, "ls", str(target))
             assert proc.returncode != 0 and "Permission denied" in proc.stderr, (target, proc.stdout, proc.stderr)
 
