@@ -97,7 +97,10 @@ def _isolation() -> list[str]:
 
 
 # The whole file system read-only, the host's devices (a GPU too), the PID namespace's own /proc, an empty /tmp.
-_BASE_MOUNTS = ("--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp")
+# /run (and /var/run, a link to it) holds system services' unix sockets (a database's, Docker's, D-Bus): a socket on a
+# read-only mount still accepts connections, so it is emptied; /dev/shm too (shared memory with the host).
+_BASE_MOUNTS = ("--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc",
+                "--tmpfs", "/tmp", "--tmpfs", "/run")
 
 
 def wrap(cmd: list[str], course: Path, batch: Path, scratch: Path, limits: Limits) -> list[str]:

@@ -46,18 +46,27 @@ class LoopbackServer:
     def __init__(self):
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen()
-        self.sock.settimeout(0.2)
         self.port = self.sock.getsockname()[1]
+        # And a unix socket where system services keep theirs (/run: a database's, Docker's), when the test may.
+        self.unix_path = f"/run/grading-safety-{os.getpid()}.sock" if os.access("/run", os.W_OK) else ""
+        self.socks = [self.sock]
+        if self.unix_path:
+            unix = socket.socket(socket.AF_UNIX)
+            unix.bind(self.unix_path)
+            os.chmod(self.unix_path, 0o777)
+            self.socks.append(unix)
         self.connections = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._serve, args=(s,), daemon=True) for s in self.socks]
+        for sock, thread in zip(self.socks, self._threads):
+            sock.listen()
+            sock.settimeout(0.2)
+            thread.start()
 
-    def _serve(self):
+    def _serve(self, sock):
         while not self._stop.is_set():
             try:
-                conn, _ = self.sock.accept()
+                conn, _ = sock.accept()
             except OSError:
                 continue
             self.connections += 1
@@ -65,11 +74,14 @@ class LoopbackServer:
 
     def close(self):
         self._stop.set()
-        self._thread.join()
-        self.sock.close()
+        for sock, thread in zip(self.socks, self._threads):
+            thread.join()
+            sock.close()
+        if self.unix_path:
+            os.unlink(self.unix_path)
 
 
-def hostile_submissions(course: Path, port: int) -> dict[str, dict[str, str] | str]:
+def hostile_submissions(course: Path, port: int, unix_path: str) -> dict[str, dict[str, str] | str]:
     """{student: {solution cell: hostile code}}; the rest of the notebook is the reference solution.
 
     The code goes before the reference answer of its cell (the cell fails before defining anything), except in
@@ -88,7 +100,10 @@ def hostile_submissions(course: Path, port: int) -> dict[str, dict[str, str] | s
         "stderr_spam": {first: "import sys\nfor i in range(20000):\n    print('spam', i, file=sys.stderr)\n"},
         "huge_output": {first: "print('x' * 10_000_000)\nfor i in range(100000):\n    print(i)\n"},
         "write_outside": {first: f"open({str(course / 'labs' / 'pwned.txt')!r}, 'w').write('x')\n"},
-        "network": {first: f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\n"},
+        # First a service's unix socket under /run (caught), then the grading machine's loopback (raises).
+        "network": {first: (f"import socket\ntry:\n    socket.socket(socket.AF_UNIX).connect({unix_path!r})\n"
+                            f"except OSError:\n    pass\n" if unix_path else "import socket\n")
+                    + f"socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"},
         "read_solutions": {first: (f"try:\n    open({str(solution_path)!r}).read()\n    print({LEAK_MARK!r})\n"
                                    f"except OSError:\n    print({HIDDEN_MARK!r})\n")},
     }
@@ -134,7 +149,7 @@ def graded_class():
         release, source = release_nb(ASSIGNMENT), source_nb(ASSIGNMENT)
         reference = nbu.reference_answers(source)
         last = code_solution_ids(source)[-1]
-        for student, extra in hostile_submissions(course, server.port).items():
+        for student, extra in hostile_submissions(course, server.port, server.unix_path).items():
             answers = dict(reference)
             for cell, code in extra.items():
                 answers[cell] = reference[cell] + "\n" + code if cell == last else code + "\n" + reference[cell]
