@@ -166,6 +166,7 @@ def setup(hub: Path, course: Path, students: list[str], instructors: list[str], 
     if not venv_python.exists():
         raise SetupError(f"{course}/.venv is missing: run `make install` as {grader.pw_name} first")
 
+    os.umask(0o022)   # what setup writes for everyone (the students' environment, the config folders) is readable
     check_reachable(venv_python, f"the checkout's .venv (the Formgrader and make grade run it as {grader.pw_name})")
     members = {name: account(name, create=auth == "shared") for name in [*students, *instructors]}
     for user in [*members.values(), grader]:
