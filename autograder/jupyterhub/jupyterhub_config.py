@@ -47,11 +47,11 @@ c.Spawner.default_url = "/lab"
 
 def role_environment(spawner):
     role = "instructor" if spawner.user.name in INSTRUCTORS else "student"
-    spawner.environment.update({
+    spawner.environment = {**spawner.environment,    # a new dict: never the one other spawners may share
         "PATH": f"{STUDENT_BIN}:/usr/local/bin:/usr/bin:/bin",     # a terminal's python is the course's
         "JUPYTER_CONFIG_PATH": str(Path(S["config_path"]) / role),  # the role's panels and nbgrader config
         "WANDB_MODE": "offline",
-    })
+    }
 
 
 c.Spawner.pre_spawn_hook = role_environment
