@@ -155,8 +155,10 @@ def test_a_class_round_trip_through_the_hub(hub):
         hub["users"].run(*hub["instructor"], course, "make", "--no-print-directory", "install")
         instructor = Member(url, *hub["instructor"])
         students = [Member(url, *s) for s in hub["students"]]
+        started = time.monotonic()
         for member in [instructor, *students]:
             member.start_server()
+        print(f"hub up in {hub['start_s']:.1f} s; three servers started in {time.monotonic() - started:.1f} s")
 
         # The instructor's Lab: the Course List leads to the course's Formgrader service (no consent page).
         courses = instructor.own("GET", "/formgraders").json()
