@@ -159,8 +159,9 @@ SCRATCH_GRADEBOOK = ('\n# autograder/grade.py: a scratch copy grades into its ow
 
 @contextmanager
 def shared_course_lock(course: Path):
-    """Grading shards (several `make grade --student ...` at once on one course: one shared folder and database)
-    take turns where they write what all of them share: the assignment's rows in the gradebook, the CSV export."""
+    """Grading shards (`python -m autograder.grade --shard K/N`, N at once on one course: one shared folder and
+    database) take turns where they write what all of them share: the assignment's rows in the gradebook, the CSV
+    export and the challenge leaderboard."""
     import fcntl
 
     with open(course / ".grading.lock", "a") as handle:

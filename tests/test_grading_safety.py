@@ -40,8 +40,8 @@ def exercise_points(course: Path, student: str) -> dict[str, tuple[float, float]
 
 
 class LoopbackServer:
-    """A TCP server on the grading machine's loopback that counts connections: a sandboxed submission
-    must not reach it (it has a network of its own, with nothing on it)."""
+    """A TCP server on the grading machine's loopback, and (as root) a unix socket under /run, that count
+    connections: a sandboxed submission must reach neither (its own network, with nothing on it; /run empty)."""
 
     def __init__(self):
         self.sock = socket.socket()
