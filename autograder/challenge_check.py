@@ -25,7 +25,7 @@ ASSIGNMENT = "08_infra_lab"
 HIDDEN_SEED = 1729
 # The challenge's test cells and the band each one needs (trainkit.challenge.BANDS).
 CELLS = {"test_challenge_entry__learns": "learns", "test_challenge_entry__preset": "preset",
-         "test_challenge_entry__beats_preset": "beats_preset"}
+         "test_challenge_entry__tuned": "tuned"}
 RUN_FILE = f"seed{HIDDEN_SEED}.pt"
 RECORD = "challenge.json"
 TOLERANCE = 1e-3     # the kernel's and the grader's evaluate() may differ in the last digits (thread counts)

@@ -150,7 +150,7 @@ def _result(tmp_path, student, grades):
 def test_apply_keeps_a_cells_points_only_where_the_trusted_score_reaches_its_band(tmp_path):
     nb = challenge_check.ASSIGNMENT
     kernel_says = {(nb, "test_challenge_entry__learns"): (1.0, False), (nb, "test_challenge_entry__preset"): (1.0, False),
-                   (nb, "test_challenge_entry__beats_preset"): (2.0, False), (nb, "test_other"): (1.0, False)}
+                   (nb, "test_challenge_entry__tuned"): (2.0, False), (nb, "test_other"): (1.0, False)}
     honest = _result(tmp_path, "honest", kernel_says)
     run_dir = tmp_path / "honest-runs"
     run_dir.mkdir()
@@ -158,7 +158,7 @@ def test_apply_keeps_a_cells_points_only_where_the_trusted_score_reaches_its_ban
     challenge_check.apply(honest, run_dir)
     # 20 steps learn little: the trusted score misses every band, whatever the kernel claimed
     assert honest.grades == {**kernel_says, (nb, "test_challenge_entry__learns"): (0.0, False),
-                             (nb, "test_challenge_entry__preset"): (0.0, False), (nb, "test_challenge_entry__beats_preset"): (0.0, False)}
+                             (nb, "test_challenge_entry__preset"): (0.0, False), (nb, "test_challenge_entry__tuned"): (0.0, False)}
     record = json.loads((honest.scratch / "autograded" / "honest" / nb / challenge_check.RECORD).read_text())
     assert record["status"] == "verified" and record["val_loss"] > challenge.BANDS["learns"]
 
@@ -168,7 +168,7 @@ def test_apply_keeps_a_cells_points_only_where_the_trusted_score_reaches_its_ban
 
     record = {"status": "verified", "val_loss": challenge.BANDS["preset"]}
     assert challenge_check.reaches(record, "learns") and challenge_check.reaches(record, "preset")
-    assert not challenge_check.reaches(record, "beats_preset")
+    assert not challenge_check.reaches(record, "tuned")
 
 
 def test_the_leaderboard_ranks_verified_scores_and_escapes_names(tmp_path):

@@ -20,7 +20,12 @@ same for every run whatever its own evaluation settings. The graders re-run each
 never saw and score the weights it produces themselves (``autograder/challenge_check.py``).
 
 Reference numbers (``PRESET_LOSS``): the preset scores 2.64, 2.69, 2.56, 2.60, 2.39 on seeds 0-3 and 7 (mean 2.58,
-standard deviation 0.11); ``benchmarks/challenge.py`` measures them again.
+standard deviation 0.11); ``benchmarks/challenge.py`` measures them again. ``TUNED_LOSS`` is set by what careful
+tuning reaches, so that the top band rewards it and not one obvious change: a student who tuned for 27 minutes
+(one layer of width 160, 800 steps of 4 sequences, lr 1e-3, warmup 80) scored 1.95-2.13 over seeds 0-7, the
+reference entry 1.86-2.04 over seeds 0-4, 7 and 1729, the preset's model at 800 x 4 and lr 1.5e-3 2.18-2.19 over
+six seeds; the first changes a hasty student makes stay above it (400 x 8 at 4e-3: 2.42-2.47; 800 x 4 with WSD at
+the preset's lr: 2.28-2.32). Measured on the native (AVX-512) and ``default`` kernel paths, with the same scores.
 """
 from __future__ import annotations
 
@@ -51,8 +56,9 @@ MAX_NON_EMBEDDING = 2 * 98_624                         # twice the preset model'
 WALL_CAP_S = 180.0
 UNIGRAM_LOSS = 3.2466                                  # the input-blind bar (lesson 8): a model that learnt nothing
 PRESET_LOSS = 2.58                                     # the preset's mean score over seeds (above)
+TUNED_LOSS = 2.25                                      # what careful tuning reaches (above)
 # What the graded runs must reach (points per band: lab 8's exercise 7)
-BANDS = {"learns": UNIGRAM_LOSS - 0.3, "preset": PRESET_LOSS, "beats_preset": PRESET_LOSS - 0.1}
+BANDS = {"learns": UNIGRAM_LOSS - 0.3, "preset": PRESET_LOSS, "tuned": TUNED_LOSS}
 
 # Settings an entry may not change: the data and its split, the seed (the grader's), where files go, the device.
 FIXED = {"data": "pydoc", "val_fraction": 0.1, "device": "cpu", "logger": "none", "progress": False,

@@ -446,11 +446,13 @@ class Trainer:
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
+    compile_backend = "inductor"   # torch.compile's backend (a subclass may pick "eager": tracing, no code generated)
+
     def maybe_compile(self, model: nn.Module) -> nn.Module:
-        """``torch.compile(model)``, tried on one real-shaped forward and backward; if anything fails (no
+        """``torch.compile(model, backend=self.compile_backend)``, tried on one real-shaped forward and backward; if anything fails (no
         compiler, an unsupported platform), the eager model and the reason (in ``compile_status``)."""
         try:
-            compiled = torch.compile(model)
+            compiled = torch.compile(model, backend=self.compile_backend)
             x, y = self.data.get_batch("train", self.cfg.batch_size, self.cfg.model.block_size, step=0,
                                        seed=self.cfg.seed, device=self.device)
             with self.autocast():

@@ -141,27 +141,10 @@ def compare_curves(fp32, bf16, fp32_other_init):
     return {"noise": float(noise), "gap": float(gap), "agree": bool(gap <= noise)}
 '''
 
-COMPILE_OK = '''
-class CompileTrainer(Trainer):
-    compile_backend = "inductor"
-
-    def maybe_compile(self, model):
-        try:
-            compiled = torch.compile(model, backend=self.compile_backend)
-            x, y = self.data.get_batch("train", self.cfg.batch_size, self.cfg.model.block_size, step=0,
-                                       seed=self.cfg.seed, device=self.device)
-            with self.autocast():
-                _, loss = compiled(x, y)
-            loss.backward()
-        except Exception as error:
-            self.optimizer.zero_grad(set_to_none=True)
-            self.compile_status["active"] = False
-            self.compile_status["reason"] = f"{type(error).__name__}: {error}"
-            return model
-        self.optimizer.zero_grad(set_to_none=True)
-        self.compile_status["active"] = True
-        self.compile_status["reason"] = None
-        return compiled
+SAVE_OK = '''
+def choose_save_every(setting):
+    interval_s = math.sqrt(2 * setting.save_s * setting.mtbf_s)      # Young (1974): cheap saves next to the MTBF
+    return max(1, min(setting.steps, round(interval_s / setting.step_s)))
 '''
 
 ANSWERS_OK = '''
@@ -199,22 +182,8 @@ class CosineTrainer(Trainer):
     "skip_on_nonfinite": _swap(SKIP_OK, "return not bool(torch.isfinite(grad_norm))", "return bool(torch.isnan(grad_norm))"),
     # the preset handed in as it is: the visible seed's run (2.64) misses the preset band (2.58)
     "challenge_entry": "def challenge_entry():\n    return {}, Trainer\n",
-    # the fault injected at compile time only, no trial call
-    "compile_trainer": '''
-class CompileTrainer(Trainer):
-    compile_backend = "inductor"
-
-    def maybe_compile(self, model):
-        try:
-            compiled = torch.compile(model, backend=self.compile_backend)
-        except Exception as error:
-            self.compile_status["active"] = False
-            self.compile_status["reason"] = f"{type(error).__name__}: {error}"
-            return model
-        self.compile_status["active"] = True
-        self.compile_status["reason"] = None
-        return compiled
-''',
+    # a round number of steps for every run: the "huge save" run takes 7.5x as long as with its best interval
+    "save_interval": "def choose_save_every(setting):\n    return min(100, setting.steps)\n",
 }
 
 BUGS = {
@@ -334,29 +303,28 @@ class CosineTrainer(Trainer):
     "compare_strict": {"bf16": _swap(BF16_OK, "bool(gap <= noise)", "bool(gap < noise)")},
     "compare_no_length_check": {"bf16": _swap(BF16_OK, "    if not len(a) == len(b) == len(c):\n"
                                               "        raise ValueError(\"the curves have different lengths\")\n", "")},
-    # --- exercise 6: torch.compile
-    "compile_no_trial": {"compile_trainer": VISIBLE_ONLY["compile_trainer"]},
-    "compile_leaves_trial_grads": {"compile_trainer": _swap(COMPILE_OK, '''        self.optimizer.zero_grad(set_to_none=True)
-        self.compile_status["active"] = True''', '''        self.compile_status["active"] = True''')},
-    "compile_default_backend": {"compile_trainer": _swap(COMPILE_OK, "torch.compile(model, backend=self.compile_backend)",
-                                                         "torch.compile(model)")},
-    "compile_reason_without_type": {"compile_trainer": _swap(COMPILE_OK, 'f"{type(error).__name__}: {error}"', "str(error)")},
-    "compile_catches_runtime_error_only": {"compile_trainer": _swap(COMPILE_OK, "except Exception as error:", "except RuntimeError as error:")},
-    "compile_grads_left_after_failure": {"compile_trainer": _swap(COMPILE_OK, "        except Exception as error:\n"
-                                                                  "            self.optimizer.zero_grad(set_to_none=True)\n",
-                                                                  "        except Exception as error:\n")},
-    "compile_falls_back_to_raw_model": {"compile_trainer": _swap(COMPILE_OK, "            return model\n", "            return self.raw_model\n")},
-    "compile_compiles_raw_model": {"compile_trainer": _swap(COMPILE_OK, "torch.compile(model, ", "torch.compile(self.raw_model, ")},
-    "compile_trial_without_autocast": {"compile_trainer": _swap(COMPILE_OK, "            with self.autocast():\n"
-                                                                "                _, loss = compiled(x, y)\n",
-                                                                "            _, loss = compiled(x, y)\n")},
-    "compile_calls_super": {"compile_trainer": '''
-class CompileTrainer(Trainer):
-    compile_backend = "inductor"
-
-    def maybe_compile(self, model):
-        return super().maybe_compile(model)
-'''},
+    # --- exercise 6: how often to save (graded by the mean wall clock the interval produces)
+    "save_every_hundred_steps": {"save_interval": VISIBLE_ONLY["save_interval"]},
+    # a tenth of the run, whatever the machine: 3x the best on a run whose saves are cheap and failures frequent
+    "save_tenth_of_the_run": {"save_interval": "def choose_save_every(setting):\n    return max(1, setting.steps // 10)\n"},
+    # Young's interval in seconds taken for a number of steps
+    "save_young_in_seconds": {"save_interval": _swap(SAVE_OK, "round(interval_s / setting.step_s)", "round(interval_s)")},
+    # the restart counted as a cost of saving: saves too rarely where restarts are slow
+    "save_young_with_restart": {"save_interval": _swap(SAVE_OK, "2 * setting.save_s * setting.mtbf_s",
+                                                       "2 * (setting.save_s + setting.restart_s) * setting.mtbf_s")},
+    # without Young's factor 2: near the best on every visible setting (1.04 at worst), 1.18x on a hidden one
+    "save_young_without_two": {"save_interval": _swap(SAVE_OK, "2 * setting.save_s * setting.mtbf_s",
+                                                      "setting.save_s * setting.mtbf_s")},
+    # the visible settings' best intervals memorised, a tenth of the run elsewhere
+    "save_memorised": {"save_interval": """
+def choose_save_every(setting):
+    known = {"laptop demo run": 250, "spot GPU": 1000, "big model on a cluster": 556, "preemptible CPU": 47,
+             "short run, slow save": 1000, "slow steps, cheap save": 5, "huge save": 5000, "rarely fails": 25000}
+    return known.get(setting.name, max(1, setting.steps // 10))
+"""},
+    # Young unclamped: past the run's end on a short run (an interval the run cannot have)
+    "save_young_unclamped": {"save_interval": _swap(SAVE_OK, "max(1, min(setting.steps, round(interval_s / setting.step_s)))",
+                                                    "max(1, round(interval_s / setting.step_s))")},
     # --- exercise 7: the challenge (graded by the run each entry produces)
     # the preset handed in unchanged: it learns, but does not reach the preset's mean on seed 0 (2.64)
     "challenge_preset_unchanged": {"challenge_entry": "def challenge_entry():\n    return {}, Trainer\n"},
@@ -364,6 +332,9 @@ class CompileTrainer(Trainer):
     "challenge_over_budget": {"challenge_entry": "def challenge_entry():\n    return {\"steps\": 400}, Trainer\n"},
     # a higher learning rate is not the lever here: 1e-2 with the preset's batches (2.66 on seed 0)
     "challenge_higher_lr": {"challenge_entry": "def challenge_entry():\n    return {\"lr\": 1e-2}, Trainer\n"},
+    # the first good idea only: more, smaller steps at a higher peak (2.42-2.47 over seeds): preset band, not tuned
+    "challenge_smaller_batches_only": {"challenge_entry": "def challenge_entry():\n"
+                                       "    return {\"steps\": 400, \"batch_size\": 8, \"lr\": 4e-3, \"warmup\": 20}, Trainer\n"},
     # a longer context "for free": the challenge fixes block_size 64
     "challenge_longer_context": {"challenge_entry": "def challenge_entry():\n"
                                  "    return {\"model\": {\"block_size\": 128}, \"batch_size\": 8}, Trainer\n"},
@@ -376,7 +347,7 @@ class CompileTrainer(Trainer):
 # Correct, but written differently from the reference: logging in two calls, the schedule by phases with a
 # clamp up front, a guard through math.isfinite and a poison on the last parameter, an audit by state_dict copies,
 # a sweep that sorts by (loss, lr) through sorted(), throughput with math.fsum, the other initialisation drawn before
-# Trainer.__init__ and copied tensor by tensor, a compile that keeps its status in one update.
+# Trainer.__init__ and copied tensor by tensor, Daly's checkpoint interval.
 ALTERNATIVE = {
     "logged_trainer": '''
 class LoggedTrainer(Trainer):
@@ -495,30 +466,19 @@ def compare_curves(fp32, bf16, fp32_other_init):
     gap = (torch.tensor(bf16["loss"], dtype=torch.float64) - ref).abs().mean().item()
     return {"noise": noise, "gap": gap, "agree": gap <= noise}
 ''',
-    "compile_trainer": '''
-class CompileTrainer(Trainer):
-    compile_backend: str = "inductor"
-
-    def maybe_compile(self, model):
-        status = {"active": True, "reason": None}
-        result = model
-        try:
-            candidate = torch.compile(model, backend=self.compile_backend)
-            batch = self.data.get_batch("train", self.cfg.batch_size, self.cfg.model.block_size, step=0,
-                                        seed=self.cfg.seed, device=self.device)
-            with self.autocast():
-                loss = candidate(*batch)[1]
-            loss.backward()
-            result = candidate
-        except Exception as e:
-            status = {"active": False, "reason": type(e).__name__ + ": " + str(e)}
-        for p in self.raw_model.parameters():
-            p.grad = None
-        self.compile_status.update(status)
-        return result
+    # Daly (2006): Young's interval with its higher-order terms, converted to steps and kept inside the run
+    "save_interval": '''
+def choose_save_every(setting):
+    M, C = setting.mtbf_s, setting.save_s
+    if C < 2 * M:
+        interval_s = math.sqrt(2 * C * M) * (1 + math.sqrt(C / (2 * M)) / 3 + C / (18 * M)) - C
+    else:
+        interval_s = M
+    steps = int(round(interval_s / setting.step_s))
+    return min(setting.steps, max(1, steps))
 ''',
-    # another route to the same band: 800 steps of 4 sequences with the preset's cosine schedule (2.32 / 2.31 on
-    # seeds 0 / 7), through a Trainer subclass of the student's own that changes nothing
+    # another route to the tuned band: the preset's model, 800 steps of 4 sequences and a lower peak with a longer
+    # warmup (2.18-2.19 on seeds 0-4, 7 and 1729), through a Trainer subclass of the student's own that changes nothing
     "challenge_entry": '''
 class ChallengeTrainer(Trainer):
     pass
@@ -527,7 +487,7 @@ class ChallengeTrainer(Trainer):
 def challenge_entry():
     budget = 200 * 16 * 64
     batch = 4
-    return dict(batch_size=batch, steps=budget // (batch * 64), warmup=80), ChallengeTrainer
+    return dict(batch_size=batch, steps=budget // (batch * 64), warmup=80, lr=1.5e-3), ChallengeTrainer
 ''',
     "answers": '''
 q1_injection_error = "RuntimeError"
