@@ -172,8 +172,34 @@ def init_check(model, x, y, tol=0.1):
 
 
 FIX_OK = '''
-def fix_accumulating(data, seed=0, steps=200, width=64):
-    """train_accumulating with its bug fixed."""
+def fix_a(data, seed=0, steps=200, width=64):
+    """SCRIPTS["a"] with its bug fixed."""
+    torch.manual_seed(seed)
+    model = mlp(64, width, 1, 10)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    schedule = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.9)
+    g = torch.Generator().manual_seed(seed)
+    run, order, pos = Run(), torch.randperm(len(data.y_train), generator=g), 0
+    for step in range(steps + 1):
+        if step % 20 == 0 or step == steps:
+            run.val_loss.append(evaluate(model, data.x_val, data.y_val)[0])
+            run.val_steps.append(step)
+        if step == steps:
+            break
+        if pos + 64 > len(order):
+            order, pos = torch.randperm(len(data.y_train), generator=g), 0
+            schedule.step()                      # the bug: stepped after every optimiser step, the "per epoch" decay
+        idx, pos = order[pos:pos + 64], pos + 64  # reached 1e-3 * 0.9^100 = 3e-8 by step 100 (lr/step: the monitoring)
+        loss = F.cross_entropy(model(data.x_train[idx]), data.y_train[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        run.train_loss.append(loss.item())
+    return model, run
+
+
+def fix_b(data, seed=0, steps=200, width=64):
+    """SCRIPTS["b"] with its bug fixed."""
     torch.manual_seed(seed)
     model = mlp(64, width, 1, 10)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -196,8 +222,8 @@ def fix_accumulating(data, seed=0, steps=200, width=64):
     return model, run
 
 
-def fix_dropout_at_eval(data, seed=0, steps=200, width=64):
-    """train_dropout_at_eval with its bug fixed."""
+def fix_e(data, seed=0, steps=200, width=64):
+    """SCRIPTS["e"] with its bug fixed."""
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Dropout(0.5), nn.Linear(width, 10))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -222,8 +248,8 @@ def fix_dropout_at_eval(data, seed=0, steps=200, width=64):
     return model, run
 
 
-def fix_broadcast_loss(data, seed=0, steps=200, width=64):
-    """train_broadcast_loss with its bug fixed."""
+def fix_c(data, seed=0, steps=200, width=64):
+    """SCRIPTS["c"] with its bug fixed."""
     torch.manual_seed(seed)
     model = mlp(8, width, 1, 1, activation="tanh")
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -250,8 +276,8 @@ def fix_broadcast_loss(data, seed=0, steps=200, width=64):
     return model, run
 
 
-def fix_sorted_batches(data, seed=0, steps=200, width=64):
-    """train_sorted_batches with its bug fixed."""
+def fix_d(data, seed=0, steps=200, width=64):
+    """SCRIPTS["d"] with its bug fixed."""
     torch.manual_seed(seed)
     model = mlp(64, width, 1, 10)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -375,7 +401,18 @@ def gradient_flow_report(model, compute_loss, threshold=1e-10):
     # "both ends of the band are ok", tested with losses exactly on an end
     "init_upper_end_too_high": {"init_check": _swap(INIT_OK, "loss > (1 + tol) * expected", "loss >= (1 + tol) * expected")},
     "init_lower_end_too_low": {"init_check": _swap(INIT_OK, "loss < (1 - tol) * expected", "loss <= (1 - tol) * expected")},
-    # --- exercise 5: fix four broken runs (each loses only its own script's test cell)
+    # --- exercise 5: fix five broken runs (each loses only its own script's test cell)
+    # script a's schedule still stepped after every optimiser step: the script as it was
+    "fix_schedule_unfixed": {"fix_runs": _swap(_swap(FIX_OK,
+        "            schedule.step()                      # the bug: stepped after every optimiser step, the \"per epoch\" decay\n", ""),
+        "        opt.step()\n        run.train_loss.append(loss.item())\n    return model, run\n\n\ndef fix_b",
+        "        opt.step()\n        schedule.step()\n        run.train_loss.append(loss.item())\n    return model, run\n\n\ndef fix_b")},
+    # the symptom treated: a gentler decay, still stepped every optimiser step (0.99 per step: 13 % of the lr by the end)
+    "fix_schedule_gentler_per_step": {"fix_runs": _swap(_swap(_swap(FIX_OK,
+        "            schedule.step()                      # the bug: stepped after every optimiser step, the \"per epoch\" decay\n", ""),
+        "        opt.step()\n        run.train_loss.append(loss.item())\n    return model, run\n\n\ndef fix_b",
+        "        opt.step()\n        schedule.step()\n        run.train_loss.append(loss.item())\n    return model, run\n\n\ndef fix_b"),
+        "ExponentialLR(opt, gamma=0.9)", "ExponentialLR(opt, gamma=0.99)")},
     # the accumulation left in: the script as it was
     "fix_accumulating_unfixed": {"fix_runs": _swap(FIX_OK, "        opt.zero_grad(set_to_none=True)          # the bug: gradients were never cleared, so every step added up\n", "")},
     # the gradients cleared between backward and step: nothing is ever applied
@@ -433,8 +470,9 @@ ALTERNATIVE = {
     # other fixes of the same bugs: zero_grad() without set_to_none, eval()/train() around a hand-written evaluation,
     # F.mse_loss on flattened predictions, a DataLoader that reshuffles every epoch
     "fix_runs": '''
-def _digits_loop(model, data, seed, steps, lr, evaluate_fn):
+def _digits_loop(model, data, seed, steps, lr, evaluate_fn, decay_per_epoch=1.0):
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    epochs = -1
     loader = DataLoader(TensorDataset(data.x_train, data.y_train), batch_size=64, shuffle=True, drop_last=True,
                         generator=torch.Generator().manual_seed(seed))
     run, batches = Run(), iter(())
@@ -448,6 +486,9 @@ def _digits_loop(model, data, seed, steps, lr, evaluate_fn):
         if batch is None:
             batches = iter(loader)
             batch = next(batches)
+            epochs += 1
+            for group in opt.param_groups:
+                group["lr"] = lr * decay_per_epoch ** epochs
         x, y = batch
         model.train()
         loss = F.cross_entropy(model(x), y)
@@ -468,19 +509,24 @@ def _val_in_eval_mode(data):
     return measure
 
 
-def fix_accumulating(data, seed=0, steps=200, width=64):
+def fix_a(data, seed=0, steps=200, width=64):
+    torch.manual_seed(seed)
+    return _digits_loop(mlp(64, width, 1, 10), data, seed, steps, 1e-3, _val_in_eval_mode(data), decay_per_epoch=0.9)
+
+
+def fix_b(data, seed=0, steps=200, width=64):
     torch.manual_seed(seed)
     return _digits_loop(mlp(64, width, 1, 10), data, seed, steps, 1e-3, _val_in_eval_mode(data))
 
 
-def fix_dropout_at_eval(data, seed=0, steps=200, width=64):
+def fix_e(data, seed=0, steps=200, width=64):
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Dropout(0.5), nn.Linear(width, 10))
     model, run = _digits_loop(model, data, seed, steps, 1e-3, _val_in_eval_mode(data))
     return model.eval(), run
 
 
-def fix_broadcast_loss(data, seed=0, steps=200, width=64):
+def fix_c(data, seed=0, steps=200, width=64):
     torch.manual_seed(seed)
     model = mlp(8, width, 1, 1, activation="tanh")
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -504,7 +550,7 @@ def fix_broadcast_loss(data, seed=0, steps=200, width=64):
     return model, run
 
 
-def fix_sorted_batches(data, seed=0, steps=200, width=64):
+def fix_d(data, seed=0, steps=200, width=64):
     torch.manual_seed(seed)
     return _digits_loop(mlp(64, width, 1, 10), data, seed, steps, 1e-3, _val_in_eval_mode(data))
 ''',
