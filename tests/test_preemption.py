@@ -14,7 +14,7 @@ from autograder.preemption_check import HIDDEN_SETTINGS, best_save_every, excess
 from course import source_nb
 from trainkit.preemption import FaultSetting, check_save_every, simulate_runs
 
-BANDS = {"sound": 1.20, "near the best": 1.05}     # the notebook's SAVE_BANDS (checked below)
+BANDS = {"sound": 1.20, "near the best": 1.05, "the best": 1.01}     # the notebook's SAVE_BANDS (checked below)
 
 
 def _helper_cell() -> str:
@@ -32,7 +32,15 @@ def _visible():
     return names["VISIBLE_SETTINGS"], names["VISIBLE_BEST"], names["SAVE_BANDS"]
 
 
-# Honest, different ways to decide (each a student could write): all must reach full marks on the hidden settings.
+def _reference():
+    """The solution notebook's own choose_save_every (the exact mean of the model, every interval tried)."""
+    cell = next(c.source for c in source_nb("08_infra_lab").cells if nbu.grade_id(c) == "save_interval")
+    names = {"np": np, "FaultSetting": FaultSetting}
+    exec(nbu.strip_solution_markers(cell), names)
+    return names["choose_save_every"]
+
+
+# Rules of thumb a student could look up: near the best everywhere, not the best where their assumptions fail.
 def young(s):
     return max(1, min(s.steps, round(math.sqrt(2 * s.save_s * s.mtbf_s) / s.step_s)))
 
@@ -43,6 +51,7 @@ def daly(s):
     return max(1, min(s.steps, round(t / s.step_s)))
 
 
+# A search on the simulator (as the catalogue's correct alternative does), with a different grid.
 def searched_by_simulation(s):
     """Try a geometric grid of intervals on the simulator (a few thousand runs each) and keep the fastest."""
     grid = sorted({max(1, min(s.steps, round(s.steps ** (i / 40)))) for i in range(41)})
@@ -88,12 +97,23 @@ def test_best_save_every_is_the_minimum():
     assert times[k - 1] == pytest.approx(t) and t == pytest.approx(min(times))
 
 
-@pytest.mark.parametrize("choose", [young, daly, searched_by_simulation], ids=["young", "daly", "simulation"])
-def test_honest_ways_to_decide_reach_full_marks(choose):
+@pytest.mark.parametrize("how", ["the exact mean", "a search on the simulator"])
+def test_honest_ways_to_decide_reach_full_marks(how):
+    choose = _reference() if how == "the exact mean" else searched_by_simulation
     settings, _, _ = _visible()
     for group in (settings, HIDDEN_SETTINGS):
         ratio, name, *_ = worst_excess(choose, group)
-        assert ratio <= BANDS["near the best"], (choose.__name__, name, ratio)
+        assert ratio <= BANDS["the best"], (how, name, ratio)
+
+
+@pytest.mark.parametrize("rule", [young, daly])
+def test_rules_of_thumb_are_near_the_best_but_not_the_best(rule):
+    """Young's and Daly's intervals assume saves cheap next to the MTBF and an endless run: the visible tests show
+    where that costs them the last band (the "huge save" run), so the hidden settings' verdict is no surprise."""
+    settings, _, _ = _visible()
+    for group in (settings, HIDDEN_SETTINGS):
+        ratio = worst_excess(rule, group)[0]
+        assert BANDS["the best"] < ratio <= BANDS["near the best"], (rule.__name__, ratio)
 
 
 @pytest.mark.parametrize("rule", [lambda s: min(100, s.steps), lambda s: max(1, s.steps // 10),
