@@ -111,7 +111,8 @@ def script_e(data: DigitsSplit, seed: int = 0, steps: int = 200, width: int = 64
 
 
 def script_c(data: DigitsSplit, seed: int = 0, steps: int = 200, width: int = 64):
-    """A regression MLP (8 inputs, one output), mean squared error, AdamW at 3e-3, minibatches of 64."""
+    """A regression MLP (8 inputs, one output), mean squared error, AdamW at 3e-3, minibatches of 64 reshuffled every
+    epoch."""
     torch.manual_seed(seed)
     model = mlp(8, width, 1, 1, activation="tanh")
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -139,7 +140,7 @@ def script_c(data: DigitsSplit, seed: int = 0, steps: int = 200, width: int = 64
 
 
 def script_d(data: DigitsSplit, seed: int = 0, steps: int = 200, width: int = 64):
-    """A digits classifier, AdamW at 1e-3, minibatches of 64."""
+    """A digits classifier, AdamW at 1e-3, minibatches of 64 reshuffled every epoch."""
     torch.manual_seed(seed)
     model = mlp(64, width, 1, 10)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)

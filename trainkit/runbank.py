@@ -34,7 +34,9 @@ and ``curves.reference`` the final validation loss of a sound run of the same ta
 reader's judgement.
 
 Graded runs are only those whose curves show their cause plainly, with margins (a planted spike that the run does
-not recover from is not graded as a recovery): the instructor's side checks each run before it is stored or graded.
+not recover from is not graded as a recovery): the instructor's side checks each run before it is stored or graded
+(``autograder/runbank_check.py``, instructor-only: it is not in the student edition, because with it a student could
+try each label and keep the one it accepts).
 On another CPU a run's later digits differ; ``make_run`` still returns a real run of the planted cause.
 
 ``make_run`` also takes settings the visible bank does not use ("batch_size": noisier curves, "few", "steps", and
