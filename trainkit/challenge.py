@@ -4,7 +4,7 @@ The rules, the same for every entry (``check_entry`` enforces them before a run 
 which rule an entry breaks):
 - the model is ``trainkit.gpt.GPT`` on the course's byte-level corpus, context ``BLOCK_SIZE`` = 64 bytes (the loss
   is measured on 64-byte windows, so the context is not a choice), at most ``MAX_NON_EMBEDDING`` parameters
-  outside the embeddings (twice the preset's);
+  outside the embeddings (twice the preset's; ``param_counts`` counts an untied output head as an embedding);
 - the data budget: at most ``TOKEN_BUDGET`` training tokens (steps x batch_size x grad_accum x 64, the preset's
   200 x 16 x 64) in at most ``MAX_STEPS`` optimiser steps, and at most ``WALL_CAP_S`` seconds of wall clock for the
   run (a guard against an entry that would hold up grading, far above what a sound entry needs);
