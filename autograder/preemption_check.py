@@ -21,7 +21,12 @@ def expected_run_time(setting: FaultSetting, save_every: int) -> float:
     Summed, the mean time to complete the stretch is (exp(w / mtbf) - 1) * (mtbf + restart_s)."""
     save_every = check_save_every(setting, save_every)
     full, work, tail = _stretches(setting, save_every)
-    per_stretch = lambda w: math.expm1(w / setting.mtbf_s) * (setting.mtbf_s + setting.restart_s)  # noqa: E731
+
+    def per_stretch(w):
+        try:
+            return math.expm1(w / setting.mtbf_s) * (setting.mtbf_s + setting.restart_s)
+        except OverflowError:          # a stretch hundreds of MTBFs long: the run (practically) never ends
+            return math.inf
     return full * per_stretch(work) + (per_stretch(tail) if tail else 0.0)
 
 
@@ -30,8 +35,9 @@ def best_save_every(setting: FaultSetting) -> tuple[int, float]:
     k = np.arange(1, setting.steps + 1, dtype=np.float64)
     full, rest = np.floor(setting.steps / k), setting.steps % k
     scale = setting.mtbf_s + setting.restart_s
-    times = full * np.expm1((k * setting.step_s + setting.save_s) / setting.mtbf_s) * scale
-    times += np.where(rest > 0, np.expm1((rest * setting.step_s + setting.save_s) / setting.mtbf_s) * scale, 0.0)
+    with np.errstate(over="ignore"):       # hopeless intervals: an infinite mean, never the best
+        times = full * np.expm1((k * setting.step_s + setting.save_s) / setting.mtbf_s) * scale
+        times += np.where(rest > 0, np.expm1((rest * setting.step_s + setting.save_s) / setting.mtbf_s) * scale, 0.0)
     i = int(np.argmin(times))
     return i + 1, float(times[i])
 

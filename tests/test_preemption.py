@@ -90,6 +90,12 @@ def test_a_run_without_failures_takes_its_work_and_saves():
     assert best_save_every(s)[0] == 1000                           # one save, at the end
 
 
+def test_an_interval_hundreds_of_mtbfs_long_scores_infinite_not_an_error():
+    s = FaultSetting("hopeless at the end", 100_000, 1.0, 1.0, 1.0, 10.0)
+    assert excess(s, s.steps) == math.inf
+    assert best_save_every(s)[0] < 100
+
+
 def test_best_save_every_is_the_minimum():
     s = FaultSetting("small", 120, 1.0, 3.0, 20, 200)
     times = [expected_run_time(s, k) for k in range(1, s.steps + 1)]

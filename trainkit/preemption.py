@@ -8,8 +8,8 @@ of work. After a failure the run restarts from its last completed save, which co
 machine, the process, loading the checkpoint); no failure happens during a restart. The run's wall clock is the time
 until its final save has completed.
 
-Saving often wastes time in saves; saving rarely wastes the work redone after each failure. ``simulate_run`` draws
-one such run, failure by failure, as a machine would produce it: average it over seeds to measure an interval.
+Saving often wastes time in saves; saving rarely wastes the work redone after each failure. ``simulate_runs`` draws
+such runs, failure by failure, as machines would produce them: their mean measures an interval.
 (The grader scores an interval by the exact mean of this model instead: ``autograder/preemption_check.py``.)
 """
 from __future__ import annotations
