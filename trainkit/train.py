@@ -449,8 +449,8 @@ class Trainer:
     compile_backend = "inductor"   # torch.compile's backend (a subclass may pick "eager": tracing, no code generated)
 
     def maybe_compile(self, model: nn.Module) -> nn.Module:
-        """``torch.compile(model, backend=self.compile_backend)``, tried on one real-shaped forward and backward; if anything fails (no
-        compiler, an unsupported platform), the eager model and the reason (in ``compile_status``)."""
+        """``torch.compile(model, backend=self.compile_backend)``, tried on one real-shaped forward and backward; if
+        anything fails (no compiler, an unsupported platform), the eager model and the reason (in ``compile_status``)."""
         try:
             compiled = torch.compile(model, backend=self.compile_backend)
             x, y = self.data.get_batch("train", self.cfg.batch_size, self.cfg.model.block_size, step=0,
