@@ -11,7 +11,7 @@ import pytest
 
 from autograder import notebooks as nbu
 from autograder.preemption_check import HIDDEN_SETTINGS, best_save_every, excess, expected_run_time, worst_excess
-from course import source_nb
+from course import load_catalogue, source_nb
 from trainkit.preemption import FaultSetting, check_save_every, simulate_runs
 
 BANDS = {"sound": 1.20, "near the best": 1.05, "the best": 1.01}     # the notebook's SAVE_BANDS (checked below)
@@ -32,33 +32,21 @@ def _visible():
     return names["VISIBLE_SETTINGS"], names["VISIBLE_BEST"], names["SAVE_BANDS"]
 
 
-def _reference():
-    """The solution notebook's own choose_save_every (the exact mean of the model, every interval tried)."""
-    cell = next(c.source for c in source_nb("08_infra_lab").cells if nbu.grade_id(c) == "save_interval")
-    names = {"np": np, "FaultSetting": FaultSetting}
-    exec(nbu.strip_solution_markers(cell), names)
+def _answer(source: str):
+    """The choose_save_every that a cell's source defines."""
+    names = {"math": math, "np": np, "FaultSetting": FaultSetting, "simulate_runs": simulate_runs}
+    exec(nbu.strip_solution_markers(source), names)
     return names["choose_save_every"]
 
 
-# Rules of thumb a student could look up: near the best everywhere, not the best where their assumptions fail.
-def young(s):
-    return max(1, min(s.steps, round(math.sqrt(2 * s.save_s * s.mtbf_s) / s.step_s)))
-
-
-def daly(s):
-    m, c = s.mtbf_s, s.save_s
-    t = math.sqrt(2 * c * m) * (1 + math.sqrt(c / (2 * m)) / 3 + c / (18 * m)) - c if c < 2 * m else m
-    return max(1, min(s.steps, round(t / s.step_s)))
-
-
-# A search on the simulator (as the catalogue's correct alternative does), with a different grid.
-def searched_by_simulation(s):
-    """Try a geometric grid of intervals on the simulator (a few thousand runs each) and keep the fastest."""
-    grid = sorted({max(1, min(s.steps, round(s.steps ** (i / 40)))) for i in range(41)})
-    means = [simulate_runs(s, k, runs=3000, seed=7).mean() for k in grid]
-    best = grid[int(np.argmin(means))]
-    fine = sorted({max(1, min(s.steps, round(best * f))) for f in np.linspace(0.7, 1.4, 15)})
-    return fine[int(np.argmin([simulate_runs(s, k, runs=3000, seed=8).mean() for k in fine]))]
+_CATALOGUE = load_catalogue("08_infra_lab")
+# Honest ways to decide, each defined once, where the grading proofs use them too: the reference (the exact mean of
+# the model, every interval tried) and the catalogue's correct alternative (a search on the simulator) must reach
+# full marks; Young's and Daly's rules of thumb (catalogued: they lose the last band) must be near the best.
+reference = _answer(next(c.source for c in source_nb("08_infra_lab").cells if nbu.grade_id(c) == "save_interval"))
+searched_by_simulation = _answer(_CATALOGUE.ALTERNATIVE["save_interval"])
+young = _answer(_CATALOGUE.BUGS["save_young"]["save_interval"])
+daly = _answer(_CATALOGUE.BUGS["save_daly"]["save_interval"])
 
 
 def test_the_notebook_states_the_bands_and_the_best_visible_intervals():
@@ -105,21 +93,21 @@ def test_best_save_every_is_the_minimum():
 
 @pytest.mark.parametrize("how", ["the exact mean", "a search on the simulator"])
 def test_honest_ways_to_decide_reach_full_marks(how):
-    choose = _reference() if how == "the exact mean" else searched_by_simulation
+    choose = reference if how == "the exact mean" else searched_by_simulation
     settings, _, _ = _visible()
     for group in (settings, HIDDEN_SETTINGS):
         ratio, name, *_ = worst_excess(choose, group)
         assert ratio <= BANDS["the best"], (how, name, ratio)
 
 
-@pytest.mark.parametrize("rule", [young, daly])
-def test_rules_of_thumb_are_near_the_best_but_not_the_best(rule):
+@pytest.mark.parametrize("name, rule", [("young", young), ("daly", daly)])
+def test_rules_of_thumb_are_near_the_best_but_not_the_best(name, rule):
     """Young's and Daly's intervals assume saves cheap next to the MTBF and an endless run: the visible tests show
     where that costs them the last band (the "huge save" run), so the hidden settings' verdict is no surprise."""
     settings, _, _ = _visible()
     for group in (settings, HIDDEN_SETTINGS):
         ratio = worst_excess(rule, group)[0]
-        assert BANDS["the best"] < ratio <= BANDS["near the best"], (rule.__name__, ratio)
+        assert BANDS["the best"] < ratio <= BANDS["near the best"], (name, ratio)
 
 
 @pytest.mark.parametrize("rule", [lambda s: min(100, s.steps), lambda s: max(1, s.steps // 10),
