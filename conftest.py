@@ -53,3 +53,14 @@ def pytest_runtest_call(item):
         raise NbCellError(item.cell_num, "Cell wrote to stderr (notebooks must write nothing there: fix the "
                           "cause, do not hide it)", item.cell.source, "\nwhat it wrote to stderr:\n" + shown)
     return result
+
+
+@pytest.fixture
+def one_thread():
+    """One PyTorch thread for the test (training runs whose numbers a test compares), restored after."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -22,12 +22,7 @@ from trainkit.train import Trainer
 SHORT = {"steps": 20, "batch_size": 4, "warmup": 2}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("entry,words", [

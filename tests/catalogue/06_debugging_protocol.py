@@ -301,6 +301,124 @@ def fix_d(data, seed=0, steps=200, width=64):
 '''
 
 
+TRIAGE_OK = '''
+def find_broken_part(setup) -> str:
+    """The name of setup's broken part, one of PARTS."""
+    # Each part is checked against what it is meant to do, cheapest first; the data are what is left when every other
+    # part does its job (a leak or a misalignment shows only in what the model learns from them).
+    data, intent = setup.data, setup.intent
+    classify = setup.task == "digits"
+    n, batch = len(data.y_train), intent["batch_size"]
+    per_epoch = n // batch
+
+    def task_loss(out, y):
+        return F.cross_entropy(out, y) if classify else F.mse_loss(out, y)
+
+    # lr: every step of the run against the intended schedule (decayed once per epoch, not per step)
+    for step in range(intent["steps"]):
+        want = intent["lr"] * intent["lr_decay_per_epoch"] ** (step // per_epoch)
+        if not math.isclose(float(setup.lr(step, per_epoch)), want, rel_tol=1e-6):
+            return "lr"
+    # order: each epoch every training example once, freshly shuffled (a shuffled minibatch holds most classes)
+    g = torch.Generator().manual_seed(0)
+    orders = [torch.as_tensor(setup.order(data.y_train, epoch, g)) for epoch in range(3)]
+    if any(len(o) != n or len(torch.unique(o)) != n for o in orders) or torch.equal(orders[0], orders[1]):
+        return "order"
+    if classify and len(torch.unique(data.y_train[orders[0][:batch]])) < 5:
+        return "order"
+    # loss: against the task's loss on outputs of several scales
+    torch.manual_seed(0)
+    y = data.y_train[:batch]
+    for scale in (0.1, 1.0, 10.0):
+        out = scale * torch.randn(batch, 10) if classify else scale * torch.randn(batch)
+        if not math.isclose(float(setup.loss(out, y)), float(task_loss(out, y)), rel_tol=1e-4, abs_tol=1e-6):
+            return "loss"
+    # evaluate: against my own eval-mode measurement of the same model, fresh and after a few steps
+    torch.manual_seed(0)
+    model = setup.model()
+    opt = torch.optim.AdamW(model.parameters(), lr=intent["lr"])
+    for _ in range(2):
+        model.eval()
+        with torch.no_grad():
+            mine = float(task_loss(model(data.x_val), data.y_val))
+        model.train()
+        if not math.isclose(float(setup.evaluate(model, data.x_val, data.y_val)), mine, rel_tol=1e-3, abs_tol=1e-5):
+            return "evaluate"
+        for _ in range(20):
+            loss = task_loss(model(data.x_train[:batch]), data.y_train[:batch])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    # model: starts near the baseline with outputs of the task's kind, every parameter gets a gradient, and it can
+    # memorise one small batch (in eval mode: dropout off)
+    torch.manual_seed(0)
+    model = setup.model().eval()
+    with torch.no_grad():
+        out = model(data.x_val)
+    if float(task_loss(out, data.y_val)) > 1.5 * setup.baseline + 0.5:
+        return "model"
+    if classify and bool(out.min() >= 0) and torch.allclose(out.sum(-1), torch.ones(len(out)), atol=1e-4):
+        return "model"                                   # probabilities, not logits
+    model.zero_grad(set_to_none=True)
+    task_loss(model(data.x_train[:batch]), data.y_train[:batch]).backward()
+    if any(p.grad is None or float(p.grad.abs().max()) < 1e-8 for p in model.parameters()):
+        return "model"
+    x, yb = data.x_train[:32], data.y_train[:32]
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(150):
+        loss = task_loss(model(x), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    if float(loss.detach()) > 0.1 * setup.baseline:
+        return "model"
+    return "data"
+'''
+
+# The hasty student's triage: one check per part, each tuned to the bugs the visible setups show (an lr compared at
+# two steps, an order checked for being sorted or short, an evaluation checked for being random, an init loss, a
+# missing gradient). 100 % on the visible setups, 81 % on the grader's unseen ones (a sum or a shuffled evaluation,
+# dead units pass every check it makes).
+TRIAGE_VISIBLE_BUGS = '''
+def find_broken_part(setup) -> str:
+    data, intent = setup.data, setup.intent
+    classify = intent["task"] == "digits"
+    spe = len(data.y_train) // intent["batch_size"]
+    lr0 = intent["lr"]
+    if not math.isclose(setup.lr(0, spe), lr0) or setup.lr(spe - 1, spe) < 0.5 * lr0:
+        return "lr"
+    o = torch.as_tensor(setup.order(data.y_train, 0, torch.Generator().manual_seed(0)))
+    if len(o) < len(data.y_train) or torch.equal(o, torch.sort(o).values) or torch.equal(data.y_train[o], torch.sort(data.y_train).values):
+        return "order"
+    out = torch.randn(8, 10) if classify else torch.randn(8)
+    y = data.y_train[:8]
+    ref = F.cross_entropy(out, y) if classify else F.mse_loss(out, y)
+    if not math.isclose(float(setup.loss(out, y)), float(ref), rel_tol=1e-4):
+        return "loss"
+    model = setup.model()
+    a = setup.evaluate(model, data.x_val, data.y_val)
+    b = setup.evaluate(model, data.x_val, data.y_val)
+    if a != b:
+        return "evaluate"
+    model.eval()
+    with torch.no_grad():
+        out = model(data.x_val)
+    init = float(F.cross_entropy(out, data.y_val) if classify else F.mse_loss(out, data.y_val))
+    if init > 2 * setup.baseline:
+        return "model"
+    if classify and torch.allclose(out.sum(-1), torch.ones(len(out))):
+        return "model"
+    if not classify and (out >= 0).all():
+        return "model"
+    model.train()
+    loss = F.cross_entropy(model(data.x_train[:64]), data.y_train[:64]) if classify else F.mse_loss(model(data.x_train[:64]), data.y_train[:64])
+    loss.backward()
+    if any(p.grad is None for p in model.parameters()):
+        return "model"
+    return "data"
+'''
+
+
 def _swap(source: str, old: str, new: str) -> str:
     """One edit to a correct source; fails loudly if the text to replace is not there exactly once."""
     assert source.count(old) == 1, f"catalogue edit not found exactly once: {old!r}"
@@ -460,13 +578,83 @@ def diagnose(curves):
     "diagnose_returns_index": {"diagnose": _swap(DIAGNOSE_OK, "def diagnose(curves):\n",
                                                  "def diagnose(curves):\n    return LABELS.index(_diagnose(curves))\n\n\n"
                                                  "def _diagnose(curves):\n")},
-    # --- exercise 5: self-check answers
+    # --- exercise 6: find_broken_part (blind setups; each loses bands of its own exercise only)
+    "triage_visible_bugs_only": {"find_broken_part": TRIAGE_VISIBLE_BUGS},
+    # no check of the schedule: a learning rate too high, too low or decayed every step falls through to "data"
+    "triage_schedule_unchecked": {"find_broken_part": _swap(TRIAGE_OK, "    for step in range(intent[\"steps\"]):",
+                                                            "    for step in range(0):")},
+    # an evaluation checked only for giving the same value twice (dropout left on): a sum or shuffled targets pass
+    "triage_evaluate_repeatable_only": {"find_broken_part": _swap(TRIAGE_OK,
+        "        if not math.isclose(float(setup.evaluate(model, data.x_val, data.y_val)), mine, rel_tol=1e-3, abs_tol=1e-5):",
+        "        if setup.evaluate(model, data.x_val, data.y_val) != setup.evaluate(model, data.x_val, data.y_val):")},
+    "triage_gradient_only_none": {"find_broken_part": _swap(_swap(TRIAGE_OK,
+        "p.grad is None or float(p.grad.abs().max()) < 1e-8", "p.grad is None"),
+        "    if float(loss.detach()) > 0.1 * setup.baseline:\n        return \"model\"\n", "")},
+    "triage_always_data": {"find_broken_part": "def find_broken_part(setup):\n    return \"data\"\n"},
+    # --- exercise 7: self-check answers
     "answer_q1_log10": {"answers": _swap(ANSWERS_OK, "math.log(1000)", "math.log10(1000)")},
     "answer_q2_overfit_step": {"answers": _swap(ANSWERS_OK, "q2_step = 2", "q2_step = 1")},
     "answer_q3_both_plateau": {"answers": _swap(ANSWERS_OK, '"overfitting"', '"both_plateau"')},
 }
 
 ALTERNATIVE = {
+    # swap each part for one written from the intent and keep the swap that repairs the run (98 % visible and unseen)
+    "find_broken_part": '''
+import re
+
+
+def find_broken_part(setup):
+    # Swap each part for one I wrote from the intent and keep the swap that repairs the run most; the data cannot be
+    # swapped (I have no other), so they are to blame when no swap helps.
+    intent, data = setup.intent, setup.data
+    classify = setup.task == "digits"
+    width, depth = (int(v) for v in re.search(r"-> ([0-9]+) x ([0-9]+)", intent["model"]).groups())
+    dropout = float(re.search(r"dropout ([0-9.]+)", intent["model"]).group(1))
+    n_in = data.x_train.shape[1]
+
+    def model():
+        layers, d = [], n_in
+        for _ in range(depth):
+            layers += [nn.Linear(d, width), nn.ReLU() if classify else nn.Tanh()] + ([nn.Dropout(dropout)] if dropout else [])
+            d = width
+        layers.append(nn.Linear(d, 10 if classify else 1))
+        net = nn.Sequential(*layers)
+        return net if classify else nn.Sequential(net, nn.Flatten(0))
+
+    def loss(out, y):
+        return F.cross_entropy(out, y) if classify else F.mse_loss(out, y)
+
+    def order(targets, epoch, generator):
+        return torch.randperm(len(targets), generator=generator)
+
+    def lr(step, per_epoch):
+        return intent["lr"] * intent["lr_decay_per_epoch"] ** (step // per_epoch)
+
+    def evaluate(m, x, y):
+        was = m.training
+        m.eval()
+        with torch.no_grad():
+            v = float(loss(m(x), y))
+        m.train(was)
+        return v
+
+    mine = dict(model=model, loss=loss, order=order, lr=lr, evaluate=evaluate)
+
+    def true_val(s):
+        m, run = train_setup(s, seed=0, steps=120)
+        return evaluate(m, data.x_val, data.y_val), run.val_loss[-1]
+
+    base_true, base_reported = true_val(setup)
+    scores = {}
+    for part, good in mine.items():
+        t, r = true_val(dataclasses.replace(setup, **{part: good}))
+        # a repair lowers the loss the model really reaches, or (for evaluate) what the run reports
+        scores[part] = (base_true - t) if part != "evaluate" else (base_reported - r)
+    part, gain = max(scores.items(), key=lambda kv: kv[1])
+    if gain > 0.05 * setup.baseline:
+        return part
+    return "data"
+''',
     # other fixes of the same bugs: zero_grad() without set_to_none, eval()/train() around a hand-written evaluation,
     # F.mse_loss on flattened predictions, a DataLoader that reshuffles every epoch
     "fix_runs": '''

@@ -1,0 +1,187 @@
+"""Instructor side of lab 6's blind setups: the grader's unseen setups, and which of them show their bug.
+
+The unseen setups break the same six parts as the visible ones (``trainkit.broken_setups``), on other widths, depths,
+dropout rates and data splits, and also in ways the visible setups never show (``HIDDEN_BUGS``): a method that only
+recognises the visible bugs misses those, one that checks each part against what it is meant to do finds them. This
+module is instructor-only (not in the student edition) for the same reason as ``runbank_check``: with the hidden
+variants in sight, a student could look for them instead of checking the parts.
+
+A setup is graded only if its bug matters: the run it produces reports a final validation loss clearly worse than the
+sound run's (``shows_bug``, at least 8 % above it, on two seeds). ``python -m autograder.setups_check build`` checks
+every unseen spec and stores the ones that pass (autograder/setups_unseen.json); grading builds them from their specs,
+which takes milliseconds, and never trains them. tests/test_broken_setups.py checks that the stored ones still show.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from trainkit import broken_setups as bs
+
+UNSEEN_FILE = Path(__file__).with_name("setups_unseen.json")
+
+
+def _label_smoothing(s: bs.Setup):
+    return lambda out, y: F.cross_entropy(out, y, label_smoothing=0.95)
+
+
+def _scaled_targets(s: bs.Setup):
+    return lambda out, y: F.mse_loss(out, 0.2 * y)               # targets "normalised" by the wrong factor
+
+
+def _one_batch(s: bs.Setup):
+    batch = s.intent["batch_size"]
+    fixed = torch.randperm(len(s.data.y_train), generator=torch.Generator().manual_seed(7))[:batch]
+    return lambda targets, epoch, generator: fixed.clone()       # the same minibatch every step
+
+
+def _warmup_forever(s: bs.Setup):
+    lr0 = s.intent["lr"]
+    return lambda step, steps_per_epoch: lr0 * min(1.0, step / (100 * steps_per_epoch))
+
+
+def _sum_eval(s: bs.Setup):
+    sound = s.loss
+
+    def evaluate(m, x, y):
+        was = m.training
+        m.eval()
+        with torch.no_grad():
+            value = float(sound(m(x), y)) * len(y)              # a sum over the examples, not a mean
+        m.train(was)
+        return value
+    return evaluate
+
+
+def _shuffled_eval(s: bs.Setup):
+    sound = s.loss
+
+    def evaluate(m, x, y):
+        perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
+        was = m.training
+        m.eval()
+        with torch.no_grad():
+            value = float(sound(m(x), y[perm]))                # targets shuffled apart from their inputs
+        m.train(was)
+        return value
+    return evaluate
+
+
+def _shuffled_targets(s: bs.Setup):
+    perm = torch.randperm(len(s.data.y_train), generator=torch.Generator().manual_seed(11))
+    return bs._with_data(s, y_train=s.data.y_train[perm])
+
+
+def _noisy_leak(s: bs.Setup):
+    d = s.data
+    g = torch.Generator().manual_seed(3)
+    y = d.y_train.float()
+    x = d.x_train.clone()
+    column = 39 if s.task == "digits" else 5
+    x[:, column] = (y - y.mean()) / y.std() + 0.3 * torch.randn(len(y), generator=g)
+    return bs._with_data(s, x_train=x)
+
+
+def _dead_units(s: bs.Setup):
+    sound = s.model
+
+    def model():
+        m = sound()
+        with torch.no_grad():
+            for layer in m.trunk.modules():
+                if isinstance(layer, nn.Linear):
+                    layer.bias.fill_(-30.0)                     # every hidden unit starts (and stays) off
+        return m
+    return model
+
+
+def _frozen_trunk(s: bs.Setup):
+    sound = s.model
+
+    def model():
+        m = sound()
+        m.trunk.requires_grad_(False)
+        return m
+    return model
+
+
+HIDDEN_BUGS = {
+    ("data", "shuffled_targets"): _shuffled_targets,
+    ("data", "noisy_leak"): _noisy_leak,
+    ("model", "init_x6"): lambda s: bs._scaled_init(s, 6.0),
+    ("model", "dead_units"): _dead_units,
+    ("model", "frozen_trunk"): _frozen_trunk,
+    ("loss", "label_smoothing"): _label_smoothing,
+    ("loss", "scaled_targets"): _scaled_targets,
+    ("order", "one_batch"): _one_batch,
+    ("lr", "warmup_forever"): _warmup_forever,
+    ("lr", "x1000"): lambda s: bs._lr_times(s, 1000.0),
+    ("evaluate", "sum"): _sum_eval,
+    ("evaluate", "shuffled_targets"): _shuffled_eval,
+}
+HIDDEN_TASK_BUGS = {
+    "digits": [k for k in HIDDEN_BUGS if k[1] != "scaled_targets"],
+    "regression": [k for k in HIDDEN_BUGS if k[1] != "label_smoothing"],
+}
+SETTINGS = [dict(width=128, depth=1, dropout=0.0, data_seed=1), dict(width=48, depth=2, dropout=0.5, data_seed=2)]
+
+
+def unseen_specs() -> list[dict]:
+    """Every hidden bug on each task in two settings, and every visible bug in one (alternating), all on other
+    widths, depths and data splits than the visible setups (a train-mode evaluation only where there is dropout)."""
+    specs = []
+    for task in bs.TASKS:
+        for k, (part, kind) in enumerate(HIDDEN_TASK_BUGS[task]):
+            specs += [{"task": task, "part": part, "kind": kind, **setting} for setting in SETTINGS]
+        for k, (part, kind) in enumerate(bs.TASK_BUGS[task]):
+            setting = SETTINGS[1] if kind == "train_mode" else SETTINGS[k % 2]
+            specs.append({"task": task, "part": part, "kind": kind, **setting})
+    return specs
+
+
+def make(spec: dict) -> bs.Setup:
+    return bs.make_setup(spec, HIDDEN_BUGS)
+
+
+def shows_bug(spec: dict, seeds=(0, 1)) -> bool:
+    """Whether the broken setup's run reports a final validation loss at least 8 % above the sound run's, on every
+    seed (a non-finite loss counts as above)."""
+    sound = bs.make_setup({k: v for k, v in spec.items() if k not in ("part", "kind")})
+    for seed in seeds:
+        broken = bs.train_setup(make(spec), seed)[1].val_loss[-1]
+        good = bs.train_setup(sound, seed)[1].val_loss[-1]
+        if math.isfinite(broken) and broken < 1.08 * good:
+            return False
+    return True
+
+
+def build(path: Path = UNSEEN_FILE) -> list[dict]:
+    """Check every unseen spec and store those whose bug shows; refuses if a part would be left with none."""
+    specs = unseen_specs()
+    kept = [spec for spec in specs if shows_bug(spec)]
+    missing = set(bs.PARTS) - {spec["part"] for spec in kept}
+    if missing:
+        raise SystemExit(f"no unseen setup of part(s) {sorted(missing)} shows its bug; change their settings")
+    path.write_text(json.dumps({"version": 1, "specs": kept}, indent=0) + "\n")
+    return kept
+
+
+def load_unseen() -> list[bs.Setup]:
+    """The grader's unseen setups (``build``'s specs), each with ``.part`` and ``.spec``."""
+    return [make(spec) for spec in json.loads(UNSEEN_FILE.read_text())["specs"]]
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["build"]:
+        raise SystemExit("usage: python -m autograder.setups_check build   (check the unseen setups, store those that show)")
+    torch.set_num_threads(1)
+    made = build()
+    dropped = [s for s in unseen_specs() if s not in made]
+    print(f"stored {len(made)} of {len(unseen_specs())} unseen setups in {UNSEEN_FILE}; left out: {dropped}")
