@@ -110,12 +110,46 @@ def _frozen_trunk(s: bs.Setup):
     return model
 
 
+def _detached_loss(s: bs.Setup):
+    sound = s.loss
+    return lambda out, y: sound(out.detach(), y) + 0.0 * out.sum()   # the right value, and no gradient at all
+
+
+def _stale_eval(s: bs.Setup):
+    sound = s.evaluate
+    seen = {}
+
+    def evaluate(m, x, y):                                  # a metric cached once per model: the first value forever
+        if id(m) not in seen:
+            seen[id(m)] = (m, sound(m, x, y))
+        return seen[id(m)][1]
+    return evaluate
+
+
+class Net(bs.Net):
+    """A model whose forward calls F.dropout without training=self.training: dropout on in eval mode too."""
+
+    def forward(self, x):
+        return self.head(F.dropout(self.trunk(x), 0.5))
+
+
+def _functional_dropout(s: bs.Setup):
+    sound = s.model
+
+    def model():
+        m = sound()
+        return Net(m.trunk, m.head)
+    return model
+
+
 HIDDEN_BUGS = {
     ("data", "shuffled_targets"): _shuffled_targets,
     ("data", "noisy_leak"): _noisy_leak,
     ("model", "init_x6"): lambda s: bs._scaled_init(s, 6.0),
     ("model", "dead_units"): _dead_units,
     ("model", "frozen_trunk"): _frozen_trunk,
+    ("model", "functional_dropout"): _functional_dropout,
+    ("loss", "detached"): _detached_loss,
     ("loss", "label_smoothing"): _label_smoothing,
     ("loss", "scaled_targets"): _scaled_targets,
     ("order", "one_batch"): _one_batch,
@@ -123,6 +157,7 @@ HIDDEN_BUGS = {
     ("lr", "x1000"): lambda s: bs._lr_times(s, 1000.0),
     ("evaluate", "sum"): _sum_eval,
     ("evaluate", "shuffled_targets"): _shuffled_eval,
+    ("evaluate", "stale"): _stale_eval,
 }
 HIDDEN_TASK_BUGS = {
     "digits": [k for k in HIDDEN_BUGS if k[1] != "scaled_targets"],
