@@ -554,6 +554,52 @@ def diagnose(curves) -> str:
 '''
 
 
+# Exercise 6's second function, written after find_broken_part in the same cell.
+REPAIR_OK = '''
+def repair(setup):
+    """setup with its broken part replaced by one that does what the part is meant to do; every other part as given."""
+    part = find_broken_part(setup)
+    intent = setup.intent
+    classify = setup.task == "digits"
+
+    def task_loss(out, y):
+        return F.cross_entropy(out, y) if classify else F.mse_loss(out, y)
+
+    if part == "loss":
+        return dataclasses.replace(setup, loss=task_loss)
+    if part == "order":
+        return dataclasses.replace(setup, order=lambda targets, epoch, generator: torch.randperm(len(targets),
+                                                                                                 generator=generator))
+    if part == "lr":
+        return dataclasses.replace(setup, lr=lambda step, per_epoch: intent["lr"] * intent["lr_decay_per_epoch"] ** (
+            step // per_epoch))
+    if part == "evaluate":
+        def evaluate(model, x, y):
+            was = model.training
+            model.eval()
+            with torch.no_grad():
+                value = float(task_loss(model(x), y))
+            model.train(was)
+            return value
+        return dataclasses.replace(setup, evaluate=evaluate)
+    if part == "model":                                  # rebuilt from the intent's words: "MLP 64 -> 64 x 1 (ReLU, ..."
+        n_in = setup.data.x_train.shape[1]
+        width, depth = (int(v) for v in re.search(r"-> ([0-9]+) x ([0-9]+)", intent["model"]).groups())
+        dropout = float(re.search(r"dropout ([0-9.]+)", intent["model"]).group(1))
+        act = nn.ReLU if classify else nn.Tanh
+
+        def model():
+            layers, d = [], n_in
+            for _ in range(depth):
+                layers += [nn.Linear(d, width), act()] + ([nn.Dropout(dropout)] if dropout else [])
+                d = width
+            layers.append(nn.Linear(d, 10 if classify else 1))
+            return nn.Sequential(*layers) if classify else nn.Sequential(*layers, nn.Flatten(0))
+        return dataclasses.replace(setup, model=model)
+    return setup                                         # the data: nothing to put in their place
+'''
+
+
 def _swap(source: str, old: str, new: str) -> str:
     """One edit to a correct source; fails loudly if the text to replace is not there exactly once."""
     assert source.count(old) == 1, f"catalogue edit not found exactly once: {old!r}"
@@ -714,20 +760,28 @@ def diagnose(curves):
     "diagnose_returns_index": {"diagnose": _swap(DIAGNOSE_OK, "def diagnose(curves):\n",
                                                  "def diagnose(curves):\n    return LABELS.index(_diagnose(curves))\n\n\n"
                                                  "def _diagnose(curves):\n")},
-    # --- exercise 6: find_broken_part (blind setups; each loses bands of its own exercise only)
-    "triage_visible_bugs_only": {"find_broken_part": TRIAGE_VISIBLE_BUGS},
+    # --- exercise 6: find_broken_part and repair (blind setups; each loses bands of its own exercise only; a finder
+    # that misses a part loses the repairs of that part too)
+    "triage_visible_bugs_only": {"find_broken_part": TRIAGE_VISIBLE_BUGS + REPAIR_OK},
     # no check of the schedule: a learning rate too high, too low or decayed every step falls through to "data"
-    "triage_schedule_unchecked": {"find_broken_part": _swap(TRIAGE_OK, "    for step in range(intent[\"steps\"]):",
+    "triage_schedule_unchecked": {"find_broken_part": REPAIR_OK + _swap(TRIAGE_OK, "    for step in range(intent[\"steps\"]):",
                                                             "    for step in range(0):")},
     # an evaluation checked only for giving the same value twice (dropout left on): a sum or shuffled targets pass
-    "triage_evaluate_repeatable_only": {"find_broken_part": _swap(TRIAGE_OK,
+    "triage_evaluate_repeatable_only": {"find_broken_part": REPAIR_OK + _swap(TRIAGE_OK,
         "        if not math.isclose(float(setup.evaluate(model, data.x_val, data.y_val)), mine, rel_tol=1e-3, abs_tol=1e-5):",
         "        if setup.evaluate(model, data.x_val, data.y_val) != setup.evaluate(model, data.x_val, data.y_val):")},
-    "triage_gradient_only_none": {"find_broken_part": _swap(_swap(TRIAGE_OK,
+    "triage_gradient_only_none": {"find_broken_part": REPAIR_OK + _swap(_swap(TRIAGE_OK,
         "p.grad is None or float(p.grad.abs().max()) < 1e-8", "p.grad is None"),
         "    if float(loss.detach()) > 0.1 * setup.baseline:\n        return \"model\"\n", "")},
-    "triage_by_value_only": {"find_broken_part": TRIAGE_BY_VALUE},
-    "triage_always_data": {"find_broken_part": "def find_broken_part(setup):\n    return \"data\"\n"},
+    "triage_by_value_only": {"find_broken_part": TRIAGE_BY_VALUE + REPAIR_OK},
+    "triage_always_data": {"find_broken_part": "def find_broken_part(setup):\n    return \"data\"\n" + REPAIR_OK},
+    "repair_returns_the_setup_as_given": {"find_broken_part": TRIAGE_OK + "\n\ndef repair(setup):\n    return setup\n"},
+    # every part but the data replaced by a sound one: right wherever the data are sound, but it changes five parts
+    "repair_replaces_every_part": {"find_broken_part": TRIAGE_OK + _swap(REPAIR_OK, "    part = find_broken_part(setup)\n",
+        "    for part in (\"loss\", \"order\", \"lr\", \"evaluate\", \"model\"):\n"
+        "        setup = repair_one(setup, part)\n    return setup\n\n\ndef repair_one(setup, part):\n")},
+    # an evaluation written without model.eval(): every setup with dropout reports a loss that is not the model's
+    "repair_evaluate_in_training_mode": {"find_broken_part": TRIAGE_OK + _swap(REPAIR_OK, "            model.eval()\n", "")},
     # --- exercise 7: self-check answers
     "answer_q1_log10": {"answers": _swap(ANSWERS_OK, "math.log(1000)", "math.log10(1000)")},
     "answer_q2_overfit_step": {"answers": _swap(ANSWERS_OK, "q2_step = 2", "q2_step = 1")},
@@ -735,7 +789,8 @@ def diagnose(curves):
 }
 
 ALTERNATIVE = {
-    # swap each part for one written from the intent and keep the swap that repairs the run (98 % visible and unseen)
+    # find: swap each part for one written from the intent and keep the swap that repairs the run (98 % visible and
+    # unseen); repair: the same by trial, on its own, keeping the part whose short run ends lowest (97 %)
     "find_broken_part": '''
 import re
 
@@ -791,6 +846,55 @@ def find_broken_part(setup):
     if gain > 0.05 * setup.baseline:
         return part
     return "data"
+
+
+def repair(setup):
+    # Try each of my parts in place of the setup's and keep the one whose short run ends lowest, measured on the model
+    # itself (an evaluation is judged by how far what it reports is from that); no swap helping means the data.
+    intent, data = setup.intent, setup.data
+    classify = setup.task == "digits"
+    width, depth = (int(v) for v in re.search(r"-> ([0-9]+) x ([0-9]+)", intent["model"]).groups())
+    dropout = float(re.search(r"dropout ([0-9.]+)", intent["model"]).group(1))
+
+    def model():
+        layers, d = [], data.x_train.shape[1]
+        for _ in range(depth):
+            layers += [nn.Linear(d, width), nn.ReLU() if classify else nn.Tanh()] + ([nn.Dropout(dropout)] if dropout else [])
+            d = width
+        layers.append(nn.Linear(d, 10 if classify else 1))
+        net = nn.Sequential(*layers)
+        return net if classify else nn.Sequential(net, nn.Flatten(0))
+
+    def loss(out, y):
+        return F.cross_entropy(out, y) if classify else F.mse_loss(out.reshape(-1), y)
+
+    def evaluate(m, x, y):
+        was = m.training
+        m.eval()
+        with torch.inference_mode():
+            v = float(loss(m(x), y))
+        m.train(was)
+        return v
+
+    mine = dict(model=model, loss=loss, evaluate=evaluate,
+                order=lambda targets, epoch, generator: torch.randperm(len(targets), generator=generator),
+                lr=lambda step, per_epoch: intent["lr"] * intent["lr_decay_per_epoch"] ** (step // per_epoch))
+
+    def badness(s):
+        m, run = train_setup(s, seed=0, steps=100)
+        own = evaluate(m, data.x_val, data.y_val)
+        reported = run.val_loss[-1]
+        return own + (abs(reported - own) if math.isfinite(reported) else 1e9) if math.isfinite(own) else 1e9
+
+    before = badness(setup)
+    best_part, best = None, before
+    for part, good in mine.items():
+        b = badness(dataclasses.replace(setup, **{part: good}))
+        if b < best:
+            best_part, best = part, b
+    if best_part is None or best > before - 0.05 * setup.baseline:
+        return setup
+    return dataclasses.replace(setup, **{best_part: mine[best_part]})
 ''',
     # other fixes of the same bugs: zero_grad() without set_to_none, eval()/train() around a hand-written evaluation,
     # F.mse_loss on flattened predictions, a DataLoader that reshuffles every epoch
