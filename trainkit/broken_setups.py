@@ -32,6 +32,7 @@ too, on other seeds, widths and data splits.
 from __future__ import annotations
 
 import math
+import types
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable
@@ -142,8 +143,6 @@ def _net(n_in, width, depth, n_out, activation, dropout, regression=False) -> Ne
 
 def _anonymous(fn: Callable, name: str) -> Callable:
     """``fn`` under the part's name, whichever function it is (a part is judged by what it does)."""
-    import types
-
     code = fn.__code__.replace(co_name=name)
     if hasattr(code, "co_qualname"):
         code = code.replace(co_qualname=name)
