@@ -142,6 +142,27 @@ def _functional_dropout(s: bs.Setup):
     return model
 
 
+def _narrow(s: bs.Setup):
+    spec = s.spec
+
+    def model():                                        # an eighth of the width the intent says
+        return bs._net(*bs.NET_ARGS[s.task](max(2, spec["width"] // 8), spec["depth"], spec["dropout"]))
+    return model
+
+
+def _two_classes_per_batch(s: bs.Setup):
+    batch = s.intent["batch_size"]
+
+    def order(targets, epoch, generator):              # a fresh permutation of all examples every epoch, but each
+        ranked = torch.argsort(targets.float() + 0.01 * torch.rand(len(targets), generator=generator))
+        blocks = ranked[:len(ranked) // batch * batch].view(-1, batch // 2)    # minibatch holds two runs of
+        pick = torch.randperm(len(blocks), generator=generator)              # neighbouring targets only,
+        pairs = blocks[pick].view(-1, 2, batch // 2).transpose(1, 2)          # interleaved one by one
+        rest = ranked[len(ranked) // batch * batch:]
+        return torch.cat([pairs.reshape(-1), rest])
+    return order
+
+
 HIDDEN_BUGS = {
     ("data", "shuffled_targets"): _shuffled_targets,
     ("data", "noisy_leak"): _noisy_leak,
@@ -149,10 +170,12 @@ HIDDEN_BUGS = {
     ("model", "dead_units"): _dead_units,
     ("model", "frozen_trunk"): _frozen_trunk,
     ("model", "functional_dropout"): _functional_dropout,
+    ("model", "narrow"): _narrow,
     ("loss", "detached"): _detached_loss,
     ("loss", "label_smoothing"): _label_smoothing,
     ("loss", "scaled_targets"): _scaled_targets,
     ("order", "one_batch"): _one_batch,
+    ("order", "two_classes_per_batch"): _two_classes_per_batch,
     ("lr", "warmup_forever"): _warmup_forever,
     ("lr", "x1000"): lambda s: bs._lr_times(s, 1000.0),
     ("evaluate", "sum"): _sum_eval,

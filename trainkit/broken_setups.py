@@ -141,6 +141,13 @@ def _net(n_in, width, depth, n_out, activation, dropout, regression=False) -> Ne
     return Net(nn.Sequential(*layers), nn.Sequential(*head))
 
 
+# The arguments of _net for each task's model of a given width, depth and dropout.
+NET_ARGS = {
+    "digits": lambda width, depth, dropout: (64, width, depth, 10, "relu", dropout),
+    "regression": lambda width, depth, dropout: (8, width, depth, 1, "tanh", dropout, True),
+}
+
+
 def _anonymous(fn: Callable, name: str) -> Callable:
     """``fn`` under the part's name, whichever function it is (a part is judged by what it does)."""
     code = fn.__code__.replace(co_name=name)
@@ -170,7 +177,7 @@ def sound_setup(spec: dict) -> Setup:
         baseline = math.log(10)
 
         def model():
-            return _net(64, width, depth, 10, "relu", dropout)
+            return _net(*NET_ARGS[task](width, depth, dropout))
 
         def loss(out, y):
             return F.cross_entropy(out, y)
@@ -180,7 +187,7 @@ def sound_setup(spec: dict) -> Setup:
         baseline = float(((data.y_val - data.y_train.mean()) ** 2).mean())
 
         def model():
-            return _net(8, width, depth, 1, "tanh", dropout, regression=True)
+            return _net(*NET_ARGS[task](width, depth, dropout))
 
         def loss(out, y):
             return F.mse_loss(out, y)
