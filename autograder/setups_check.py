@@ -194,7 +194,7 @@ def unseen_specs() -> list[dict]:
     widths, depths and data splits than the visible setups (a train-mode evaluation only where there is dropout)."""
     specs = []
     for task in bs.TASKS:
-        for k, (part, kind) in enumerate(HIDDEN_TASK_BUGS[task]):
+        for part, kind in HIDDEN_TASK_BUGS[task]:
             specs += [{"task": task, "part": part, "kind": kind, **setting} for setting in SETTINGS]
         for k, (part, kind) in enumerate(bs.TASK_BUGS[task]):
             setting = SETTINGS[1] if kind == "train_mode" else SETTINGS[k % 2]
