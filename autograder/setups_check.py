@@ -47,29 +47,13 @@ def _warmup_forever(s: bs.Setup):
 
 def _sum_eval(s: bs.Setup):
     sound = s.loss
-
-    def evaluate(m, x, y):
-        was = m.training
-        m.eval()
-        with torch.no_grad():
-            value = float(sound(m(x), y)) * len(y)              # a sum over the examples, not a mean
-        m.train(was)
-        return value
-    return evaluate
+    return lambda m, x, y: bs.eval_mode_loss(m, x, y, sound)[0] * len(y)      # a sum over the examples, not a mean
 
 
 def _shuffled_eval(s: bs.Setup):
     sound = s.loss
-
-    def evaluate(m, x, y):
-        perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
-        was = m.training
-        m.eval()
-        with torch.no_grad():
-            value = float(sound(m(x), y[perm]))                # targets shuffled apart from their inputs
-        m.train(was)
-        return value
-    return evaluate
+    perm = torch.randperm(len(s.data.y_val), generator=torch.Generator().manual_seed(0))
+    return lambda m, x, y: bs.eval_mode_loss(m, x, y[perm], sound)[0]         # targets shuffled apart from inputs
 
 
 def _shuffled_targets(s: bs.Setup):

@@ -41,7 +41,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from trainkit.digits import DigitsSplit, Run, load_digits_split
+from trainkit.digits import DigitsSplit, Run, evaluate as eval_mode_loss, load_digits_split
 from trainkit.models import ACTIVATIONS
 
 PARTS = ("data", "model", "loss", "order", "lr", "evaluate")
@@ -203,12 +203,7 @@ def sound_setup(spec: dict) -> Setup:
         return lr0 * decay ** (step // steps_per_epoch)
 
     def evaluate(m, x, y):
-        was = m.training
-        m.eval()
-        with torch.no_grad():
-            value = float(loss(m(x), y))
-        m.train(was)
-        return value
+        return eval_mode_loss(m, x, y, loss)[0]
 
     return Setup(task, intent, baseline, data, model, loss, order, lr, evaluate, None, dict(spec))
 

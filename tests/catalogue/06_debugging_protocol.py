@@ -800,69 +800,16 @@ ALTERNATIVE = {
 import re
 
 
-def find_broken_part(setup):
-    # Swap each part for one I wrote from the intent and keep the swap that repairs the run most; the data cannot be
-    # swapped (I have no other), so they are to blame when no swap helps.
-    intent, data = setup.intent, setup.data
+def my_parts(setup):
+    """Parts written from the setup's intent: the ones I trust, to swap in for the setup's."""
+    intent = setup.intent
     classify = setup.task == "digits"
     width, depth = (int(v) for v in re.search(r"-> ([0-9]+) x ([0-9]+)", intent["model"]).groups())
     dropout = float(re.search(r"dropout ([0-9.]+)", intent["model"]).group(1))
-    n_in = data.x_train.shape[1]
+    n_in = setup.data.x_train.shape[1]
 
     def model():
         layers, d = [], n_in
-        for _ in range(depth):
-            layers += [nn.Linear(d, width), nn.ReLU() if classify else nn.Tanh()] + ([nn.Dropout(dropout)] if dropout else [])
-            d = width
-        layers.append(nn.Linear(d, 10 if classify else 1))
-        net = nn.Sequential(*layers)
-        return net if classify else nn.Sequential(net, nn.Flatten(0))
-
-    def loss(out, y):
-        return F.cross_entropy(out, y) if classify else F.mse_loss(out, y)
-
-    def order(targets, epoch, generator):
-        return torch.randperm(len(targets), generator=generator)
-
-    def lr(step, per_epoch):
-        return intent["lr"] * intent["lr_decay_per_epoch"] ** (step // per_epoch)
-
-    def evaluate(m, x, y):
-        was = m.training
-        m.eval()
-        with torch.no_grad():
-            v = float(loss(m(x), y))
-        m.train(was)
-        return v
-
-    mine = dict(model=model, loss=loss, order=order, lr=lr, evaluate=evaluate)
-
-    def true_val(s):
-        m, run = train_setup(s, seed=0, steps=120)
-        return evaluate(m, data.x_val, data.y_val), run.val_loss[-1]
-
-    base_true, base_reported = true_val(setup)
-    scores = {}
-    for part, good in mine.items():
-        t, r = true_val(dataclasses.replace(setup, **{part: good}))
-        # a repair lowers the loss the model really reaches, or (for evaluate) what the run reports
-        scores[part] = (base_true - t) if part != "evaluate" else (base_reported - r)
-    part, gain = max(scores.items(), key=lambda kv: kv[1])
-    if gain > 0.05 * setup.baseline:
-        return part
-    return "data"
-
-
-def repair(setup):
-    # Try each of my parts in place of the setup's and keep the one whose short run ends lowest, measured on the model
-    # itself (an evaluation is judged by how far what it reports is from that); no swap helping means the data.
-    intent, data = setup.intent, setup.data
-    classify = setup.task == "digits"
-    width, depth = (int(v) for v in re.search(r"-> ([0-9]+) x ([0-9]+)", intent["model"]).groups())
-    dropout = float(re.search(r"dropout ([0-9.]+)", intent["model"]).group(1))
-
-    def model():
-        layers, d = [], data.x_train.shape[1]
         for _ in range(depth):
             layers += [nn.Linear(d, width), nn.ReLU() if classify else nn.Tanh()] + ([nn.Dropout(dropout)] if dropout else [])
             d = width
@@ -881,13 +828,40 @@ def repair(setup):
         m.train(was)
         return v
 
-    mine = dict(model=model, loss=loss, evaluate=evaluate,
+    return dict(model=model, loss=loss, evaluate=evaluate,
                 order=lambda targets, epoch, generator: torch.randperm(len(targets), generator=generator),
                 lr=lambda step, per_epoch: intent["lr"] * intent["lr_decay_per_epoch"] ** (step // per_epoch))
 
+
+def find_broken_part(setup):
+    # Swap each part for mine and keep the swap that repairs the run most; the data cannot be swapped (I have no
+    # other), so they are to blame when no swap helps.
+    data, mine = setup.data, my_parts(setup)
+
+    def true_val(s):
+        m, run = train_setup(s, seed=0, steps=120)
+        return mine["evaluate"](m, data.x_val, data.y_val), run.val_loss[-1]
+
+    base_true, base_reported = true_val(setup)
+    scores = {}
+    for part, good in mine.items():
+        t, r = true_val(dataclasses.replace(setup, **{part: good}))
+        # a repair lowers the loss the model really reaches, or (for evaluate) what the run reports
+        scores[part] = (base_true - t) if part != "evaluate" else (base_reported - r)
+    part, gain = max(scores.items(), key=lambda kv: kv[1])
+    if gain > 0.05 * setup.baseline:
+        return part
+    return "data"
+
+
+def repair(setup):
+    # Try each of my parts in place of the setup's and keep the one whose short run ends lowest, measured on the model
+    # itself (an evaluation is judged by how far what it reports is from that); no swap helping means the data.
+    data, mine = setup.data, my_parts(setup)
+
     def badness(s):
         m, run = train_setup(s, seed=0, steps=100)
-        own = evaluate(m, data.x_val, data.y_val)
+        own = mine["evaluate"](m, data.x_val, data.y_val)
         reported = run.val_loss[-1]
         return own + (abs(reported - own) if math.isfinite(reported) else 1e9) if math.isfinite(own) else 1e9
 
