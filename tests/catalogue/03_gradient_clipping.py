@@ -88,7 +88,42 @@ def accumulation_step(model, optimizer, micro_batches, loss_fn, max_norm):
 # "Stops when the visible tests are silent": the plausible answer to each exercise that passed every visible test of
 # the first edition of this lab (the visible tests then did not exercise what the rest of the spec names). Each must
 # now fail a visible test of its exercise, with a message that says what to fix.
+GUARD_RUNS_OK = '''
+def make_guard():
+    history = deque(maxlen=50)
+
+    def guard(parameters, loss):
+        grads = [p.grad for p in parameters if p.grad is not None]
+        norm = float(torch.nn.utils.get_total_norm(grads))
+        if not (math.isfinite(loss) and math.isfinite(norm)):
+            return False
+        if len(history) >= 10:
+            typical = statistics.median(history)
+            if norm > 10 * typical:
+                return False
+            if norm > 3 * typical:
+                torch.nn.utils.clip_grad_norm_(parameters, 3 * typical)
+        history.append(norm)
+        return True
+    return guard
+'''
+
+# The first reading of exercise 5's spec: the seed's "max_norm 1.0" and a NaN check on the loss. It throttles the runs
+# whose natural norm is far above 1 (SGD then takes steps a thousand times too small), lets spikes through where the
+# natural norm is far below 1, and steps on the finite losses whose gradients are not finite.
+GUARD_RUNS_FIRST_READING = '''
+def make_guard():
+    def guard(parameters, loss):
+        if not math.isfinite(loss):
+            return False
+        torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+        return True
+    return guard
+'''
+
+
 VISIBLE_ONLY = {
+    "make_guard": GUARD_RUNS_FIRST_READING,
     "clip_grad_norm": '''
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False):
     grads = [p.grad for p in parameters if p.grad is not None]
@@ -391,7 +426,24 @@ def accumulation_step(model, optimizer, micro_batches, loss_fn, max_norm):
     return loss_sum, norm''')},
     "accum_returns_post_clip_norm": {"accumulation_step": _swap(ACCUM_OK, "    return loss_sum, float(norm)",
         "    return loss_sum, float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()])))")},
-    # --- exercise 5: self-check answers
+    # --- exercise 5: make_guard (graded by the runs; each loses bands of its own exercise only)
+    "guard_runs_first_reading": {"make_guard": GUARD_RUNS_FIRST_READING},
+    # thresholds tuned by eye on one run: right where the natural norm is near 1, wrong a thousand times above or below
+    "guard_runs_fixed_thresholds": {"make_guard": _swap(_swap(_swap(GUARD_RUNS_OK, "        if len(history) >= 10:\n            typical = statistics.median(history)\n",
+                                                               "        if True:\n            typical = 1.0\n"),
+                                                         "norm > 10 * typical", "norm > 30.0"), "norm > 3 * typical", "norm > 3.0")},
+    # a warm-up of 30 steps: faults come from step 20 on, and an early spike goes straight into the weights
+    "guard_runs_long_warmup": {"make_guard": _swap(GUARD_RUNS_OK, "len(history) >= 10", "len(history) >= 30")},
+    # only the loss checked: an infinite input can give a finite loss and NaN gradients, which then get stepped
+    "guard_runs_checks_only_the_loss": {"make_guard": _swap(_swap(GUARD_RUNS_OK, "if not (math.isfinite(loss) and math.isfinite(norm)):",
+                                                                  "if not math.isfinite(loss):"),
+                                                            "        if len(history) >= 10:", "        if len(history) >= 10 and math.isfinite(norm):")},
+    # every norm twice the typical one skipped: ordinary minibatch noise, and the run skips far more than 10 % of steps
+    "guard_runs_skips_too_eagerly": {"make_guard": _swap(GUARD_RUNS_OK, "norm > 10 * typical", "norm > 2 * typical")},
+    # the verdict as a 0-dim tensor: the runs refuse it (the spec asks for a Python bool)
+    "guard_runs_returns_a_tensor": {"make_guard": _swap(GUARD_RUNS_OK, "        history.append(norm)\n        return True",
+                                                        "        history.append(norm)\n        return torch.tensor(True)")},
+    # --- exercise 6: self-check answers
     "answer_q1_l2_instead_of_inf": {"answers": '''
 q1_inf_norm = 13.0
 q2_first_entry_after_clip = 1.5
@@ -505,6 +557,27 @@ def accumulation_step(model, optimizer, micro_batches, loss_fn, max_norm):
     pre_clip = clip_grad_norm_(list(model.parameters()), max_norm)
     optimizer.step()
     return float(running), pre_clip.item()
+''',
+    # a z-score on the log of the norm against its exponential moving mean and variance; skips, never clips
+    "make_guard": '''
+def make_guard():
+    state = {"n": 0, "mean": 0.0, "var": 0.0}
+
+    def guard(parameters, loss):
+        norm = math.sqrt(sum(float(p.grad.double().pow(2).sum()) for p in parameters if p.grad is not None))
+        if not (math.isfinite(loss) and math.isfinite(norm)) or norm == 0.0:
+            return False
+        log_norm = math.log(norm)
+        if state["n"] >= 10 and log_norm > state["mean"] + 4 * math.sqrt(max(state["var"], 1e-4)) + 1.0:
+            return False
+        state["n"] += 1
+        if state["n"] == 1:
+            state["mean"] = log_norm
+        delta = log_norm - state["mean"]
+        state["mean"] += 0.1 * delta
+        state["var"] = 0.9 * (state["var"] + 0.1 * delta * delta)
+        return True
+    return guard
 ''',
     "answers": '''
 q1_inf_norm = 12
