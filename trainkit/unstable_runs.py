@@ -122,7 +122,7 @@ class _RNN(nn.Module):
         self.rnn = nn.RNN(2, width, nonlinearity="tanh", batch_first=True)
         self.head = nn.Linear(width, 1)
         with torch.no_grad():
-            nn.init.orthogonal_(self.rnn.weight_hh_l0)        # keeps a memory of the first steps (PyTorch's default fades)
+            nn.init.orthogonal_(self.rnn.weight_hh_l0)        # keeps a memory of the first steps
 
     def forward(self, x):                                     # x: (B, T, 2)
         out, _ = self.rnn(x)                                  # (B, T, width)
@@ -196,7 +196,8 @@ def run_with_guard(spec: RunSpec, guard: Callable[[list, float], bool] | None = 
             take = guard(params, run.loss[-1])
             if not isinstance(take, bool):
                 raise TypeError(f"the guard must return a Python bool (True: step, False: skip), got {take!r}")
-            if not all(torch.allclose(b, p.detach(), rtol=0.0, atol=0.0, equal_nan=True) for b, p in zip(before, params)):
+            same = (torch.allclose(b, p.detach(), rtol=0.0, atol=0.0, equal_nan=True) for b, p in zip(before, params))
+            if not all(same):
                 raise RuntimeError("the guard changed a parameter: it may scale the gradients, never the parameters")
         if take:
             opt.step()
@@ -235,7 +236,9 @@ def judge(spec: RunSpec, run: GuardedRun, reference: GuardedRun | None = None) -
     if not run.finished:
         return f"the run did not finish: a parameter is not finite (skipped {run.skipped} of {spec.steps} steps)"
     if run.skipped > limit:
-        return f"skipped {run.skipped} of {spec.steps} steps (at most {limit} allowed; {len(reference.fault_steps['spike']) + len(reference.fault_steps['nonfinite'])} bad minibatches were planted)"
+        planted = sum(len(steps) for steps in reference.fault_steps.values())
+        return (f"skipped {run.skipped} of {spec.steps} steps (at most {limit} allowed; the run has {planted} bad "
+                "minibatches)")
     if run.final_val_loss > allowed:
         return (f"final validation loss {run.final_val_loss:.4g}; the clean run's {reference.final_val_loss:.4g}, "
                 f"the fresh model's {reference.start_val_loss:.4g} (allowed: {allowed:.4g})")
