@@ -75,11 +75,15 @@ def shows_cause(pair: rr.Pair) -> bool:
 
 
 def unseen_specs() -> list[dict]:
-    """The grader's pairs: every visible and hidden kind on three settings unlike the visible ones."""
+    """The grader's pairs: every visible and hidden kind on three settings unlike the visible ones, and three more
+    racy pairs."""
     settings = [dict(seed=5, width=48, depth=2, at=12, race=0.03),
                 dict(seed=6, task="regression", width=32, at=28, race=0.06),
                 dict(seed=7, task="regression", width=64, depth=2, batch_size=32, lr=1e-2, at=6, race=0.1)]
-    return [{"cause": cause, "kind": kind, **setting} for (cause, kind) in HIDDEN_PLANTS for setting in settings]
+    races = [dict(seed=8, width=48, race=0.02), dict(seed=9, task="regression", depth=2, race=0.15),
+             dict(seed=10, width=64, batch_size=32, race=0.05)]          # races are rarer than other causes: more
+    return ([{"cause": cause, "kind": kind, **setting} for (cause, kind) in HIDDEN_PLANTS for setting in settings]
+            + [{"cause": "nondeterministic", "kind": "race", **setting} for setting in races])
 
 
 def _store(path: Path, pairs: list[rr.Pair]) -> None:
