@@ -30,8 +30,11 @@ MODULES = (
     "lion_pytorch", "autograder.checks", "trainkit", "trainkit.models", "trainkit.data",
     "trainkit.gpt", "trainkit.corpus", "trainkit.runlog", "trainkit.train", "trainkit.train_config",
     "trainkit.checkpoint", "trainkit.digits", "trainkit.runbank", "trainkit.broken_runs", "autograder.runbank_check",
-    "trainkit.broken_setups", "autograder.setups_check", "trainkit.unstable_runs", "autograder.unstable_check",
+    "trainkit.broken_setups", "autograder.setups_check",
     "trainkit.challenge", "autograder.challenge_check",
+    # the judgement exercises' variants: the student-visible module and the grader's hidden ones, one line per lab
+    "trainkit.unstable_runs", "autograder.unstable_check",
+    "trainkit.repro_runs", "autograder.repro_check",
 )
 # Classes whose methods a submission could patch to make comparisons pass.
 CLASSES = (

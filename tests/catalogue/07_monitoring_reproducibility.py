@@ -184,6 +184,79 @@ def _swap(source: str, old: str, new: str) -> str:
     return source.replace(old, new)
 
 
+# --- exercise 6: why_not_reproducible (graded by accuracy on pairs of runs, visible and unseen)
+# The hasty answer, from one reading of the spec: diff the manifests, drop the per-start fields the spec names, and name
+# the first field left. It takes a recorded difference for a cause and misses every cause no manifest records.
+REPRO_FIRST_MANIFEST_FIELD = '''
+def why_not_reproducible(run_a, run_b):
+    def differing(a, b, prefix=""):
+        out = []
+        for key in sorted(set(a) | set(b)):
+            if isinstance(a.get(key), dict) and isinstance(b.get(key), dict):
+                out += differing(a[key], b[key], f"{prefix}{key}.")
+            elif a.get(key) != b.get(key):
+                out.append(prefix + key)
+        return out
+    per_start = {"run_id", "started_at", "host", "wall_time_s"}       # differ between any two runs
+    fields = [f for f in differing(run_a.manifest, run_b.manifest) if f not in per_start]
+    if not fields:
+        return "reproducible"
+    first = fields[0]
+    if first.startswith("config.data"):
+        return "data_order"
+    if "seed" in first:
+        return "seed"
+    if first.startswith("git"):
+        return "code_change"
+    return "reproducible"
+'''
+
+# The code a student plausibly stops at once the visible tests are silent (CONTRIBUTING.md, "Tests that are fair
+# to students"): it must fail a visible test of its own exercise (tests/test_catalogue.py).
+VISIBLE_ONLY = {"why_not_reproducible": REPRO_FIRST_MANIFEST_FIELD}
+
+# Reads only the logs (and the lr column for code): a code change that moves the initial weights looks like a seed,
+# one that moves the last bits looks like a race.
+REPRO_LOGS_ONLY = '''
+def why_not_reproducible(run_a, run_b):
+    if run_a.log == run_b.log:
+        return "reproducible"
+    if run_a.log[0]["val/loss"] != run_b.log[0]["val/loss"]:
+        return "seed"
+    for row_a, row_b in zip(run_a.log, run_b.log):
+        if row_a.get("lr") != row_b.get("lr"):
+            return "code_change"
+        x, y = row_a.get("train/loss"), row_b.get("train/loss")
+        if x != y:
+            return "nondeterministic" if abs(x - y) < 1e-5 * abs(x) else "data_order"
+    return "nondeterministic"
+'''
+
+# The right order of questions, but "a gap under 1 % is noise": another minibatch at step 0 often moves the loss less.
+REPRO_LOOSE_THRESHOLD = '''
+def why_not_reproducible(run_a, run_b):
+    if run_a.log == run_b.log:
+        return "reproducible"
+    if any(run_a.manifest[k] != run_b.manifest[k] for k in ("git_sha", "git_dirty", "git_diff_sha256")):
+        return "code_change"
+    if run_a.log[0]["val/loss"] != run_b.log[0]["val/loss"]:
+        return "seed"
+    for row_a, row_b in zip(run_a.log, run_b.log):
+        x, y = row_a.get("train/loss"), row_b.get("train/loss")
+        if x != y:
+            return "nondeterministic" if abs(x - y) < 0.01 * abs(x) else "data_order"
+    return "nondeterministic"
+'''
+
+# Recognises the visible pairs by a run's id: perfect on them, the rest called reproducible.
+REPRO_MEMORISES_VISIBLE = '''
+_KNOWN = {pair.a.manifest["run_id"]: pair.label for pair in VISIBLE_PAIRS}
+
+
+def why_not_reproducible(run_a, run_b):
+    return _KNOWN.get(run_a.manifest["run_id"], "reproducible")
+'''
+
 BUGS = {
     # --- exercise 1: logged_train_step
     "step_logs_lr_after_scheduler": {"logged_train_step": _swap(STEP_OK, '''    lr = float(optimizer.param_groups[0]["lr"])
@@ -323,7 +396,12 @@ BUGS = {
     os.replace(tmp, path)''')},
     "ckpt_uses_trainkit_reference": {"checkpoint": _swap(CKPT_OK, _CKPT_PATHS + _CKPT_ATOMIC_WRITE, '''    from trainkit.train import atomic_save      # the capstone's own atomic write: correct, but not yours
     atomic_save(state, path)''')},
-    # --- exercise 6: self-check answers
+    # --- exercise 6: why_not_reproducible (each loses bands of its own exercise only)
+    "repro_first_manifest_field": {"why_not_reproducible": REPRO_FIRST_MANIFEST_FIELD},
+    "repro_logs_only": {"why_not_reproducible": REPRO_LOGS_ONLY},
+    "repro_loose_threshold": {"why_not_reproducible": REPRO_LOOSE_THRESHOLD},
+    "repro_memorises_visible_pairs": {"why_not_reproducible": REPRO_MEMORISES_VISIBLE},
+    # --- exercise 7: self-check answers
     "answer_q1_counts_evaluation": {"answers": _swap(ANSWERS_OK, "q1_tokens_per_s = 10240.0", "q1_tokens_per_s = 32 * 128 * 10 / 6.0")},
     "answer_q2_assumes_partition": {"answers": _swap(ANSWERS_OK, "q2_distinct_examples = 683.6", "q2_distinct_examples = 1000")},
     "answer_q3_lr_used": {"answers": _swap(ANSWERS_OK, "q3_logged_lr_at_step_0 = 2e-3 / 101", "q3_logged_lr_at_step_0 = 1e-3 / 101")},
@@ -332,7 +410,8 @@ BUGS = {
 
 # Correct, but written differently from the reference: the LR read from the scheduler, a meter that keeps a
 # list of counted steps, a manifest that hashes through numpy and a flattened diff, a torch.Generator per epoch
-# shared by all ranks, and a checkpoint with mkstemp and numpy's state stored as plain values.
+# shared by all ranks, a checkpoint with mkstemp and numpy's state stored as plain values, and a diagnosis that reads
+# the logs as a table (numpy) and tells a race from another minibatch in float32 ulps.
 ALTERNATIVE = {
     "logged_train_step": '''
 def logged_train_step(model, optimizer, scheduler, batch, step, logger, max_norm=1.0):
@@ -479,6 +558,29 @@ def load_checkpoint(run, path):
     name, keys, pos, has_gauss, cached = blob["np_rng"]
     np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     random.setstate(blob["py_rng"])
+''',
+    "why_not_reproducible": '''
+def why_not_reproducible(run_a, run_b):
+    # A decision table on where and how the logs part, read as float32 numbers; the manifest only says whether the
+    # code was the same, and is asked only once the logs show a difference.
+    keys = ("train/loss", "grad_norm", "lr", "val/loss")
+
+    def table(run):
+        return np.array([[row.get(k, np.nan) for k in keys] for row in run.log], dtype=np.float64)
+
+    ta, tb = table(run_a), table(run_b)
+    if ta.shape == tb.shape and np.array_equal(ta, tb, equal_nan=True):
+        return "reproducible"
+    same_code = all(run_a.manifest.get(k) == run_b.manifest.get(k) for k in ("git_sha", "git_diff_sha256"))
+    if not same_code:
+        return "code_change"
+    if ta[0, 3] != tb[0, 3]:
+        return "seed"                          # the first validation loss comes before any update
+    apart = np.argwhere(~((ta == tb) | (np.isnan(ta) & np.isnan(tb))))
+    row, col = apart[0]
+    x = np.float32(ta[row, col])
+    ulps = abs(float(ta[row, col]) - float(tb[row, col])) / float(np.spacing(x))
+    return "nondeterministic" if ulps <= 64 else "data_order"
 ''',
     "answers": '''
 q1_tokens_per_s = 4096 * 10 / 4

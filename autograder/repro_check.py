@@ -1,0 +1,127 @@
+"""Instructor side of lab 7's pairs of runs: which pairs show their cause, the grader's unseen pairs, the stored banks.
+
+``shows_cause(pair)`` is the banks' quality bar, not a diagnosis: it knows the planted cause and checks, with margins,
+that the two logs show it (a racy reduction that never raced in either run is not graded as non-determinism; a
+reshuffle that falls after the last step is not graded as another data order). It lives here, not in ``trainkit``
+(which students have), for the same reason as ``runbank_check``: with it a student could try each label and keep the
+one it accepts.
+
+The unseen pairs (``unseen_specs``) are unlike the visible ones: other seeds, widths, depths, minibatch sizes, the
+regression task, code changes that act at other steps, racy reductions that race more or less often, and kinds the
+visible pairs never show (``HIDDEN_PLANTS``): a seed that moves the data order too (so the manifest's first difference
+is the data's), an order that a reshuffle setting nobody records changes, a code change from another commit, a clip
+added in one of two dirty trees, and two dirty trees whose different changes touch nothing the run executes.
+
+    python -m autograder.repro_check build     # retrain the visible and the unseen pairs, store both
+
+The visible pairs (trainkit/repro_visible.json) go to students; the unseen ones (autograder/repro_unseen.json,
+instructor-only like this module) are what lab 7's hidden tests grade ``why_not_reproducible`` on.
+tests/test_repro_runs.py retrains a sample of each and checks that the stored pairs are the runs of their specs.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from trainkit import repro_runs as rr
+from trainkit.repro_runs import _code, _side
+
+UNSEEN_FILE = Path(__file__).with_name("repro_unseen.json")
+
+HIDDEN_PLANTS = {
+    **rr.PLANTS,
+    ("seed", "seed_and_order"): lambda sp: (_side(), _side({"init_seed": sp["seed"] + 3, "order_seed": sp["seed"] + 3})),
+    ("data_order", "reshuffle_unrecorded"): lambda sp: (_side(), _side({"reshuffle": False}, told={"reshuffle": True})),
+    ("code_change", "commit"): lambda sp: (_side(), _side({"head_gain": 2.0}, git_sha=rr._sha(f"commit {sp['seed']}")[:40])),
+    ("code_change", "clip"): lambda sp: (_side(diff=_code("log grad norm", sp["seed"])),
+                                         _side({"max_norm": 0.3}, diff=_code("clip 0.3", sp["seed"]))),
+    ("reproducible", "other_diffs"): lambda sp: (_side(diff=f"--- a/plots.py\n+++ b/plots.py\n@@ {sp['seed']}"),
+                                                 _side(diff=f"--- a/README.md\n+++ b/README.md\n@@ {sp['seed']}")),
+}
+
+
+def _first_difference(pair: rr.Pair):
+    """(step, key, relative size) of the first logged value that differs between the two runs, or None."""
+    for row_a, row_b in zip(pair.a.log, pair.b.log):
+        for key in sorted(set(row_a) | set(row_b)):
+            x, y = row_a.get(key), row_b.get(key)
+            if x != y:
+                return row_a["step"], key, abs(x - y) / max(abs(x), abs(y), 1e-12)
+    return None
+
+
+def shows_cause(pair: rr.Pair) -> bool:
+    """Whether the two logs show the planted cause with a clear margin (pairs that do not are never graded)."""
+    first = _first_difference(pair)
+    if pair.label == "reproducible":
+        return first is None and len(pair.a.log) == len(pair.b.log)
+    if first is None:
+        return False
+    step, key, size = first
+    val_a, val_b = pair.a.log[0]["val/loss"], pair.b.log[0]["val/loss"]
+    starts_apart = val_a != val_b                     # the initial weights differ: measured before any update
+    if pair.label == "seed":
+        return abs(val_a - val_b) > 1e-4 * abs(val_a)
+    if pair.label == "data_order":
+        return not starts_apart and size > 1e-3
+    if pair.label == "nondeterministic":
+        return not starts_apart and size < 1e-5
+    if pair.label == "code_change":
+        code = [(r.manifest["git_sha"], r.manifest["git_diff_sha256"]) for r in (pair.a, pair.b)]
+        return code[0] != code[1]
+    raise ValueError(pair.label)
+
+
+def unseen_specs() -> list[dict]:
+    """The grader's pairs: every visible and hidden kind on three settings unlike the visible ones, and three more
+    racy pairs."""
+    settings = [dict(seed=5, width=48, depth=2, at=12, race=0.03),
+                dict(seed=6, task="regression", width=32, at=28, race=0.06),
+                dict(seed=7, task="regression", width=64, depth=2, batch_size=32, lr=1e-2, at=6, race=0.1)]
+    races = [dict(seed=8, width=48, race=0.02), dict(seed=9, task="regression", depth=2, race=0.15),
+             dict(seed=10, width=64, batch_size=32, race=0.05)]          # races are rarer than other causes: more
+    return ([{"cause": cause, "kind": kind, **setting} for (cause, kind) in HIDDEN_PLANTS for setting in settings]
+            + [{"cause": "nondeterministic", "kind": "race", **setting} for setting in races])
+
+
+def _store(path: Path, pairs: list[rr.Pair]) -> None:
+    path.write_text(json.dumps({"version": 1, "pairs": [rr.to_record(p) for p in pairs]}, separators=(",", ":")) + "\n")
+
+
+def build_visible(path: Path = rr.VISIBLE_FILE) -> list[rr.Pair]:
+    """Train the visible pairs and store them; refuses to store a pair whose logs do not show its cause."""
+    pairs = [rr.make_pair(spec) for spec in rr.visible_specs()]
+    unclear = [p.spec for p in pairs if not shows_cause(p)]
+    if unclear:
+        raise SystemExit(f"these pairs do not show their cause clearly; change their settings: {unclear}")
+    _store(path, pairs)
+    return pairs
+
+
+def build_unseen(path: Path = UNSEEN_FILE) -> list[rr.Pair]:
+    """Train the unseen pairs and store those that show their cause; refuses if more than a tenth do not."""
+    specs = unseen_specs()
+    pairs = [p for p in (rr.make_pair(spec, HIDDEN_PLANTS) for spec in specs) if shows_cause(p)]
+    if len(pairs) < 0.9 * len(specs):
+        raise SystemExit(f"only {len(pairs)} of {len(specs)} unseen pairs show their cause; change their settings")
+    _store(path, pairs)
+    return pairs
+
+
+def load_unseen() -> list[rr.Pair]:
+    """The grader's unseen pairs (stored by ``build_unseen``), with their causes."""
+    return rr.load_pairs(UNSEEN_FILE)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["build"]:
+        raise SystemExit("usage: python -m autograder.repro_check build   (retrain and store the visible and unseen pairs)")
+    torch.set_num_threads(1)
+    made = build_visible()
+    print(f"stored {len(made)} pairs in {rr.VISIBLE_FILE}")
+    made = build_unseen()
+    print(f"stored {len(made)} of {len(unseen_specs())} pairs in {UNSEEN_FILE} (the others do not show their cause)")

@@ -1,0 +1,148 @@
+"""Lab 7's pairs of runs (trainkit.repro_runs, autograder.repro_check): every graded pair is a pair of real training
+runs whose logs show their planted cause, the unseen pairs are not the visible ones, and a reading of the manifests
+alone, or of the logs alone, does not reach full marks.
+
+Both banks are trained once (``python -m autograder.repro_check build``) and stored with every number exact: grading
+compares logs bit for bit, which must not depend on the grading CPU. Here a sample of each is retrained: on this CPU
+the pair shows its cause again, and its first steps agree with the stored ones to a few digits (another kernel path
+rounds differently, so the stored bits need not come back).
+"""
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from autograder.repro_check import HIDDEN_PLANTS, load_unseen, shows_cause, unseen_specs
+from course import load_catalogue, source_nb
+from trainkit import repro_runs as rr
+
+VISIBLE = rr.load_visible()
+UNSEEN = load_unseen()
+CATALOGUE = load_catalogue("07_monitoring_reproducibility")
+
+
+def _answers(source: str, pairs) -> list[str]:
+    """The labels a why_not_reproducible written as notebook source gives each pair (on copies, as the grader does)."""
+    namespace = {"np": np, "RunRecord": rr.RunRecord, "VISIBLE_PAIRS": VISIBLE}
+    exec(source, namespace)
+    fn = namespace["why_not_reproducible"]
+    return [fn(copy.deepcopy(p.a), copy.deepcopy(p.b)) for p in pairs]
+
+
+def _accuracy(source: str, pairs) -> float:
+    return float(np.mean([got == p.label for got, p in zip(_answers(source, pairs), pairs)]))
+
+
+def _reference() -> str:
+    cell = next(c for c in source_nb("07_monitoring_reproducibility").cells
+                if c.metadata.get("nbgrader", {}).get("grade_id") == "why_not_reproducible")
+    return cell.source
+
+
+def test_the_visible_bank_plants_every_cause_in_every_visible_way():
+    assert [p.spec for p in VISIBLE] == rr.visible_specs()
+    assert {(p.spec["cause"], p.spec["kind"]) for p in VISIBLE} == set(rr.PLANTS)
+    assert all(p.label == p.spec["cause"] for p in VISIBLE + UNSEEN)
+    assert {p.label for p in VISIBLE} == set(rr.LABELS)
+
+
+@pytest.mark.parametrize("bank", ["visible", "unseen"])
+def test_every_stored_pair_shows_its_cause(bank):
+    pairs = VISIBLE if bank == "visible" else UNSEEN
+    unclear = [p.spec for p in pairs if not shows_cause(p)]
+    assert not unclear, f"stored pairs whose logs do not show their cause: {unclear}"
+
+
+def test_the_unseen_pairs_are_not_the_visible_ones():
+    specs = unseen_specs()
+    assert [p.spec for p in UNSEEN] == [s for s in specs if s in [p.spec for p in UNSEEN]], "the build's, in order"
+    assert len(UNSEEN) >= 0.9 * len(specs)
+    assert not [p.spec for p in UNSEEN if p.spec in rr.visible_specs()]
+    assert {(p.spec["cause"], p.spec["kind"]) for p in UNSEEN} == set(HIDDEN_PLANTS), "a kind lost every pair"
+    hidden_only = set(HIDDEN_PLANTS) - set(rr.PLANTS)
+    assert len(hidden_only) >= 4 and {cause for cause, _ in hidden_only} >= {"seed", "data_order", "code_change"}
+    assert {p.spec.get("task", "digits") for p in UNSEEN} == {"digits", "regression"}
+    seen_ids = {r.manifest["run_id"] for p in VISIBLE for r in (p.a, p.b)}
+    assert not seen_ids & {r.manifest["run_id"] for p in UNSEEN for r in (p.a, p.b)}
+
+
+def test_a_manifest_difference_is_not_always_the_cause():
+    # reproducible pairs whose manifests differ in the code fields, and caused pairs whose manifests show no cause
+    code = ("git_sha", "git_dirty", "git_diff_sha256")
+    decoys = [p for p in VISIBLE if p.label == "reproducible" and any(p.a.manifest[k] != p.b.manifest[k] for k in code)]
+    silent = [p for p in VISIBLE if p.label in ("seed", "data_order", "nondeterministic")
+              and p.a.manifest["config"] == p.b.manifest["config"]]
+    assert len(decoys) >= 2 and len(silent) >= 6
+    for p in VISIBLE + UNSEEN:
+        assert {k for k in p.a.manifest if p.a.manifest[k] != p.b.manifest[k]} >= {"run_id", "started_at", "host"}
+
+
+def test_the_reference_names_every_pair_and_naive_readings_do_not():
+    reference = _reference()
+    assert _accuracy(reference, VISIBLE) == 1.0 and _accuracy(reference, UNSEEN) == 1.0
+    assert _accuracy(CATALOGUE.ALTERNATIVE["why_not_reproducible"], UNSEEN) == 1.0
+    hasty = CATALOGUE.VISIBLE_ONLY["why_not_reproducible"]               # the first differing manifest field
+    assert _accuracy(hasty, VISIBLE) < 0.7 and _accuracy(hasty, UNSEEN) < 0.7
+    logs_only = CATALOGUE.REPRO_LOGS_ONLY
+    assert _accuracy(logs_only, VISIBLE) < 0.95 and _accuracy(logs_only, UNSEEN) < 0.85
+    memoriser = CATALOGUE.REPRO_MEMORISES_VISIBLE
+    assert _accuracy(memoriser, VISIBLE) == 1.0 and _accuracy(memoriser, UNSEEN) < 0.5
+
+
+def test_the_races_and_the_other_minibatches_are_far_apart():
+    # the size of the first difference: a race moves the last bits, another minibatch the loss itself (the reference's
+    # threshold, 1e-5, has two orders of magnitude on either side)
+    def first_gap(p):
+        for row_a, row_b in zip(p.a.log, p.b.log):
+            for key in ("val/loss", "train/loss", "grad_norm"):
+                x, y = row_a.get(key), row_b.get(key)
+                if x is not None and x != y:
+                    return abs(x - y) / max(abs(x), abs(y))
+    races = [first_gap(p) for p in VISIBLE + UNSEEN if p.label == "nondeterministic"]
+    orders = [first_gap(p) for p in VISIBLE + UNSEEN if p.label == "data_order"]
+    assert max(races) < 1e-6 < 1e-3 < min(orders)
+
+
+# visible: a reproducible pair, a racy one; unseen: a regression reshuffle nobody records, a change from another commit
+@pytest.mark.parametrize("bank,spec", [
+    ("visible", {"cause": "reproducible", "kind": "same", "seed": 0}),
+    ("visible", {"cause": "nondeterministic", "kind": "race", "seed": 1}),
+    ("unseen", {"cause": "data_order", "kind": "reshuffle_unrecorded", "seed": 6}),
+    ("unseen", {"cause": "code_change", "kind": "commit", "seed": 5}),
+])
+def test_a_stored_pair_is_the_pair_of_its_spec(bank, spec):
+    torch.set_num_threads(1)
+    stored = next(p for p in (VISIBLE if bank == "visible" else UNSEEN) if spec.items() <= p.spec.items())
+    again = rr.make_pair(stored.spec, HIDDEN_PLANTS)
+    assert shows_cause(again)
+    for old, new in ((stored.a, again.a), (stored.b, again.b)):
+        assert {k: v for k, v in new.manifest.items() if k != "versions"} == \
+            {k: v for k, v in old.manifest.items() if k != "versions"}
+        assert [r["step"] for r in new.log] == [r["step"] for r in old.log]
+        for key in ("train/loss", "grad_norm", "val/loss"):
+            got = [r[key] for r in new.log[:10] if key in r]
+            assert got == pytest.approx([r[key] for r in old.log[:10] if key in r], rel=1e-4), key
+
+
+def test_the_store_keeps_every_number_exactly():
+    pair = VISIBLE[-1]
+    again = rr.from_record(json.loads(json.dumps(rr.to_record(pair))))
+    assert again.a.log == pair.a.log and again.b.log == pair.b.log and again.a.manifest == pair.a.manifest
+    assert all(isinstance(r["train/loss"], float) for r in pair.a.log if "train/loss" in r)
+
+
+def test_bad_specs_and_settings_are_refused_with_the_choices():
+    with pytest.raises(ValueError, match="unknown cause and kind.*'reproducible'"):
+        rr.make_pair({"cause": "cosmic_ray", "kind": "race"})
+    with pytest.raises(ValueError, match="unknown cause and kind"):
+        rr.make_pair({"cause": "code_change", "kind": "commit"})          # a hidden kind is not in the students' module
+    with pytest.raises(ValueError, match=r"unknown spec keys \['widht'\]"):
+        rr.make_pair({"cause": "seed", "kind": "recorded", "widht": 8})
+    with pytest.raises(ValueError, match=r"unknown run settings \['sed'\]"):
+        rr.train({"sed": 1})
+    with pytest.raises(ValueError, match="unknown task 'bytes'"):
+        rr.train({"task": "bytes"})

@@ -1,0 +1,319 @@
+"""Pairs of real training runs that were meant to be identical, and what each run leaves behind (lab 7).
+
+    from trainkit.repro_runs import LABELS, load_visible, make_pair
+
+    pair = make_pair({"cause": "data_order", "kind": "shuffle_seed", "seed": 3})   # trains both runs (well under a second)
+    pair.a.manifest       # run a's manifest.json, as a dict
+    pair.a.log            # run a's metrics log: one dict per line of a JSON-lines file
+    pair.label            # why the two runs differ: one of LABELS ("reproducible" when they do not)
+
+Each run is a real minibatch training run (AdamW; an MLP on scikit-learn's digits, or on the regression task of
+``trainkit.runbank.regression_data``), trained twice with one planted cause of difference between the two, never a
+drawn curve.
+
+**What a run leaves behind.** ``run.manifest`` (a dict, as ``json.load`` gives it):
+
+| key | what it records |
+|---|---|
+| ``run_id``, ``started_at``, ``host``, ``wall_time_s`` | this start of the run: they differ between any two runs |
+| ``git_sha`` | the commit the code was run from |
+| ``git_dirty`` | whether the working tree had uncommitted changes to tracked files |
+| ``git_diff_sha256`` | SHA-256 of ``git diff HEAD`` when dirty (which changes, not only that there were some), else ``None`` |
+| ``config`` | ``task``, ``model`` (``width``, ``depth``), ``optim`` (``name``, ``lr``, ``weight_decay``), ``batch_size``, ``steps`` and, where the pipeline records them, ``seed`` (of the initial weights) and ``data`` (``shuffle_seed``, ``reshuffle_each_epoch``); older pipelines record neither |
+| ``config_hash`` | SHA-256 of the config (keys sorted) |
+| ``versions`` | ``python``, ``torch``, ``numpy`` |
+| ``deterministic`` | whether ``torch.use_deterministic_algorithms(True)`` was on |
+
+A manifest records what the pipeline was told, which is not always what the run did (a seed taken from an environment
+variable that the config does not show, a data loader whose order depends on a setting no one records), and a
+difference between two manifests is not always a difference between the runs (another host, a dirty tree whose
+change touches nothing the run executes).
+
+``run.log`` (a list of dicts, in order): one row per optimiser step ``s`` (``0 <= s < steps``) with ``"step"``,
+``"epoch"``, ``"train/loss"`` (the minibatch loss of step ``s``, before its update), ``"lr"`` (the learning rate of
+that update) and ``"grad_norm"`` (the global gradient norm before the update); every ``eval_every`` steps, from step 0,
+the row also holds ``"val/loss"``, measured before that step's update; a last row ``{"step": steps, "val/loss": ...}``
+holds the final validation loss. Every value is the number the run computed (a float32 loss stored exactly), so two
+runs that computed the same thing have equal logs, bit for bit.
+
+**The causes** (``LABELS``; lab 7's exercise fixes what each means):
+
+| label | how it is planted |
+|---|---|
+| ``reproducible`` | nothing differs in what the runs compute (their manifests may still differ) |
+| ``seed`` | another seed for the initial weights |
+| ``data_order`` | the same initial weights; the minibatches come in another order (another shuffle seed, or an epoch reshuffled in one run and not in the other) |
+| ``code_change`` | the code differs (uncommitted changes, or another commit) in a way that changes what the run computes |
+| ``nondeterministic`` | the same code, settings and seeds; a reduction whose order is not fixed makes a step's sum differ in its last bits |
+
+**How the non-determinism is emulated (say so when you use it).** A GPU kernel that sums many values (a gradient over
+a minibatch, a scatter-add) often adds the partial sums of its blocks with atomic adds, in the order the blocks finish;
+floating-point addition is not associative, so the total can change in its last bits from one run to the next. Here
+each step's loss and gradient are the sums of the contributions of ``SLICES`` slices of the minibatch; a deterministic
+run adds them in a fixed order, a racy one (``race > 0``) adds them, at a step with probability ``race``, in another
+order. That is the same arithmetic a racy reduction performs, on the CPU, and the same size of difference (an ulp or
+a few); a real GPU's races are more frequent and involve more partial sums.
+
+``make_pair`` also takes settings the visible pairs do not use (another ``task``, ``width``, ``depth``,
+``batch_size``, ``steps``, ``lr``, ``at``, ``race``): make pairs of your own to test a method.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from trainkit.digits import evaluate, load_digits_split
+from trainkit.models import mlp
+
+LABELS = ("reproducible", "seed", "data_order", "code_change", "nondeterministic")
+SLICES = 4            # the partial sums of a step's loss and gradient
+
+# What a run does (not what its manifest says). make_pair's plants change these per side.
+SOUND = dict(task="digits", data_seed=0, width=32, depth=1, batch_size=64, steps=40, lr=3e-3, weight_decay=0.0,
+             eval_every=5, init_seed=0, order_seed=0, reshuffle=True, head_gain=1.0, lr_drop_at=None,
+             eps=1e-8, max_norm=None, race=0.0, race_seed=0)
+TASKS = ("digits", "regression")
+
+
+@dataclass
+class RunRecord:
+    """What one run left behind: its manifest and its metrics log."""
+    manifest: dict
+    log: list
+
+
+@dataclass
+class Pair:
+    """Two runs meant to be identical, and why they are not (``label``); ``spec`` is what make_pair was given."""
+    spec: dict
+    label: str
+    a: RunRecord
+    b: RunRecord = field(repr=False)
+
+
+def _task(task: str, data_seed: int):
+    """(data split, loss function with a reduction argument, input size, output size, activation, flatten output)."""
+    if task == "digits":
+        return load_digits_split(seed=data_seed), F.cross_entropy, 64, 10, "relu", False
+    if task == "regression":
+        from trainkit.runbank import regression_data
+
+        return regression_data(data_seed), F.mse_loss, 8, 1, "tanh", True
+    raise ValueError(f"unknown task {task!r}; one of {TASKS}")
+
+
+def train(settings: dict) -> list:
+    """Train one run with ``settings`` (the keys of ``SOUND``; those left out take its values); return its log."""
+    unknown = set(settings) - set(SOUND)
+    if unknown:
+        raise ValueError(f"unknown run settings {sorted(unknown)}; the settings are {sorted(SOUND)}")
+    s = {**SOUND, **settings}
+    data, loss_fn, n_in, n_out, activation, flat = _task(s["task"], s["data_seed"])
+    torch.manual_seed(s["init_seed"])
+    model = mlp(n_in, s["width"], s["depth"], n_out, activation=activation)
+    if flat:
+        model = nn.Sequential(model, nn.Flatten(0))
+    with torch.no_grad():
+        [m for m in model.modules() if isinstance(m, nn.Linear)][-1].weight.mul_(s["head_gain"])
+    params = list(model.parameters())
+    opt = torch.optim.AdamW(params, lr=s["lr"], weight_decay=s["weight_decay"], eps=s["eps"])
+    order_gen = torch.Generator().manual_seed(s["order_seed"])
+    race = random.Random(s["race_seed"])
+    n, batch, steps = len(data.y_train), s["batch_size"], s["steps"]
+    per_epoch = n // batch
+    order = torch.randperm(n, generator=order_gen)
+    model.train()
+    log = []
+    for step in range(steps + 1):
+        row = {"step": step}
+        if step % s["eval_every"] == 0 or step == steps:
+            row["val/loss"] = evaluate(model, data.x_val, data.y_val, loss_fn)[0]
+        if step == steps:
+            log.append(row)
+            break
+        epoch, pos = divmod(step, per_epoch)
+        if pos == 0 and epoch > 0 and s["reshuffle"]:
+            order = torch.randperm(n, generator=order_gen)
+        idx = order[pos * batch:(pos + 1) * batch]
+        x, y = data.x_train[idx], data.y_train[idx]
+        lr = s["lr"] * (0.3 if s["lr_drop_at"] is not None and step >= s["lr_drop_at"] else 1.0)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        sums = []                                       # (loss, gradients) of each slice: its share of the mean
+        for k in range(SLICES):
+            part = loss_fn(model(x[k::SLICES]), y[k::SLICES], reduction="sum") / len(y)
+            sums.append((part.detach(), torch.autograd.grad(part, params)))
+        at_once = list(range(SLICES))
+        if s["race"] and race.random() < s["race"]:     # the partial sums land in another order this step
+            at_once = at_once[1:] + at_once[:1] if race.random() < 0.5 else at_once[::-1]
+        loss = sums[at_once[0]][0]
+        grads = list(sums[at_once[0]][1])
+        for k in at_once[1:]:
+            loss = loss + sums[k][0]
+            grads = [g + h for g, h in zip(grads, sums[k][1])]
+        for p, g in zip(params, grads):
+            p.grad = g
+        if s["max_norm"] is not None:
+            norm = torch.nn.utils.clip_grad_norm_(params, s["max_norm"])
+        else:
+            norm = torch.nn.utils.get_total_norm(grads)
+        opt.step()
+        row.update({"epoch": epoch, "train/loss": float(loss), "lr": lr, "grad_norm": float(norm)})
+        log.append(row)
+    return log
+
+
+# --- manifests ------------------------------------------------------------------------------------------------
+
+def _hex(rng: random.Random, n: int) -> str:
+    return "".join(rng.choice("0123456789abcdef") for _ in range(n))
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def manifest(settings: dict, rng: random.Random, git_sha: str, diff: str | None = None, deterministic: bool = True,
+             records_seeds: bool = True) -> dict:
+    """The manifest a pipeline writes for a run of ``settings`` (what it was told: the seeds it records may not be the
+    ones the run used). ``diff``: the text of the uncommitted changes (None: a clean tree); ``rng`` draws this start's
+    own fields."""
+    s = {**SOUND, **settings}
+    config = {"task": s["task"], "model": {"width": s["width"], "depth": s["depth"]},
+              "optim": {"name": "adamw", "lr": s["lr"], "weight_decay": s["weight_decay"]},
+              "batch_size": s["batch_size"], "steps": s["steps"]}
+    if records_seeds:
+        config["seed"] = s["init_seed"]
+        config["data"] = {"shuffle_seed": s["order_seed"], "reshuffle_each_epoch": s["reshuffle"]}
+    day, hour, minute = rng.randint(1, 28), rng.randint(0, 23), rng.randint(0, 59)
+    return {
+        "run_id": _hex(rng, 8),
+        "started_at": f"2026-{rng.randint(1, 12):02d}-{day:02d}T{hour:02d}:{minute:02d}:{rng.randint(0, 59):02d}Z",
+        "host": f"{rng.choice(['gpu', 'node', 'worker'])}-{rng.randint(1, 40):02d}",
+        "wall_time_s": round(rng.uniform(20, 90), 1),
+        "git_sha": git_sha,
+        "git_dirty": diff is not None,
+        "git_diff_sha256": None if diff is None else _sha(diff),
+        "config": config,
+        "config_hash": _sha(json.dumps(config, sort_keys=True)),
+        "versions": {"python": "3.12.3", "torch": torch.__version__.split("+")[0], "numpy": np.__version__},
+        "deterministic": deterministic,
+    }
+
+
+# --- planting a cause -------------------------------------------------------------------------------------------
+# A plant turns a spec into the two sides: for each, the settings the run uses and how its manifest is written
+# (manifest()'s keyword arguments, plus "told": settings the pipeline was told instead of what the run used).
+
+def _side(changes=None, told=None, **manifest_kw) -> dict:
+    return {"changes": changes or {}, "told": told or {}, "manifest": manifest_kw}
+
+
+def _code(what: str, seed: int) -> str:
+    return f"--- a/train.py\n+++ b/train.py\n@@ {what} (edit {seed})"
+
+
+PLANTS: dict[tuple[str, str], Callable[[dict], tuple[dict, dict]]] = {
+    # nothing differs in what is computed
+    ("reproducible", "same"): lambda sp: (_side(), _side()),
+    ("reproducible", "doc_change"): lambda sp: (_side(), _side(diff=f"--- a/README.md\n+++ b/README.md\n@@ {sp['seed']}")),
+    ("reproducible", "same_diff"): lambda sp: (_side(diff=_code("eval every 5", sp["seed"])),
+                                               _side(diff=_code("eval every 5", sp["seed"]))),
+    ("reproducible", "unflagged"): lambda sp: (_side(deterministic=False), _side(deterministic=False)),
+    # the initial weights
+    ("seed", "recorded"): lambda sp: (_side(), _side({"init_seed": sp["seed"] + 1})),
+    ("seed", "unrecorded"): lambda sp: (_side(), _side({"init_seed": sp["seed"] + 1}, told={"init_seed": sp["seed"]})),
+    ("seed", "old_manifest"): lambda sp: (_side(records_seeds=False),
+                                          _side({"init_seed": sp["seed"] + 1}, records_seeds=False)),
+    # the order of the minibatches
+    ("data_order", "shuffle_seed"): lambda sp: (_side(), _side({"order_seed": sp["seed"] + 1})),
+    ("data_order", "reshuffle"): lambda sp: (_side(), _side({"reshuffle": False})),
+    ("data_order", "unrecorded"): lambda sp: (_side(), _side({"order_seed": sp["seed"] + 1}, told={"order_seed": sp["seed"]})),
+    # the code
+    ("code_change", "head_init"): lambda sp: (_side(), _side({"head_gain": 0.5}, diff=_code("head init x0.5", sp["seed"]))),
+    ("code_change", "lr_drop"): lambda sp: (_side(), _side({"lr_drop_at": sp["at"]}, diff=_code("lr drop", sp["seed"]))),
+    ("code_change", "adam_eps"): lambda sp: (_side(), _side({"eps": 1e-6}, diff=_code("eps 1e-6", sp["seed"]))),
+    # a racy reduction in both runs
+    ("nondeterministic", "race"): lambda sp: (_side({"race": sp["race"], "race_seed": 2 * sp["seed"]}, deterministic=False),
+                                              _side({"race": sp["race"], "race_seed": 2 * sp["seed"] + 1},
+                                                    deterministic=False)),
+}
+PAIR_DEFAULTS = dict(seed=0, task="digits", width=32, depth=1, batch_size=64, steps=40, lr=3e-3, at=20, race=0.04)
+
+
+def make_pair(spec: dict, plants: dict | None = None) -> Pair:
+    """Train the two runs of ``spec``: {"cause", "kind", "seed"} and optionally "task", "width", "depth",
+    "batch_size", "steps", "lr", "at" (the step a code change starts to act), "race" (the probability, per step, that
+    a racy reduction adds in another order). ``plants`` (default ``PLANTS``): {(cause, kind): plant}."""
+    plants = PLANTS if plants is None else plants
+    if (spec.get("cause"), spec.get("kind")) not in plants:
+        raise ValueError(f"unknown cause and kind {(spec.get('cause'), spec.get('kind'))!r}; one of {sorted(plants)}")
+    unknown = set(spec) - set(PAIR_DEFAULTS) - {"cause", "kind"}
+    if unknown:
+        raise ValueError(f"unknown spec keys {sorted(unknown)}; a spec takes cause, kind and {sorted(PAIR_DEFAULTS)}")
+    sp = {**PAIR_DEFAULTS, **spec}
+    shared = {k: sp[k] for k in ("task", "width", "depth", "batch_size", "steps", "lr")}
+    shared.update(init_seed=sp["seed"], order_seed=sp["seed"], data_seed=sp["seed"] % 2)
+    rng = random.Random(_sha(json.dumps(sp, sort_keys=True)))        # this pair's own fields, from the whole spec
+    git_sha = _hex(rng, 40)
+    runs = []
+    for side in plants[(sp["cause"], sp["kind"])](sp):
+        kw = {"git_sha": git_sha, **side["manifest"]}
+        settings = {**shared, **side["changes"]}
+        told = {**settings, **side["told"]}
+        runs.append(RunRecord(manifest(told, rng, **kw), train(settings)))
+    if rng.random() < 0.5:                                          # the changed run is not always b
+        runs.reverse()
+    return Pair(dict(spec), sp["cause"], *runs)
+
+
+# --- the stored pairs ---------------------------------------------------------------------------------------------
+# Training the visible pairs takes several seconds, too long for a notebook cell: they are trained once by the
+# instructor (`python -m autograder.repro_check build`, which stores only pairs whose logs show their cause) and stored
+# here with every number exact. tests/test_repro_runs.py retrains a sample and checks they are theirs.
+
+VISIBLE_FILE = Path(__file__).with_name("repro_visible.json")
+
+
+def to_record(pair: Pair) -> dict:
+    def run(r: RunRecord) -> dict:
+        keys = sorted({k for row in r.log for k in row})
+        return {"manifest": r.manifest, "log": {k: [row.get(k) for row in r.log] for k in keys}}  # by column: smaller
+    return {"spec": pair.spec, "label": pair.label, "a": run(pair.a), "b": run(pair.b)}
+
+
+def from_record(record: dict) -> Pair:
+    def run(r: dict) -> RunRecord:
+        columns = r["log"]
+        rows = [{k: columns[k][i] for k in columns if columns[k][i] is not None} for i in range(len(columns["step"]))]
+        return RunRecord(copy.deepcopy(r["manifest"]), rows)
+    return Pair(dict(record["spec"]), record["label"], run(record["a"]), run(record["b"]))
+
+
+def load_pairs(path: Path) -> list[Pair]:
+    """The pairs stored in ``path`` (written by ``autograder.repro_check``), with their labels."""
+    return [from_record(r) for r in json.loads(Path(path).read_text())["pairs"]]
+
+
+def visible_specs() -> list[dict]:
+    """The pairs a student iterates on: every cause and kind, on the digits task, on two or three seeds."""
+    specs = []
+    for (cause, kind) in PLANTS:
+        seeds = (0, 1, 2, 3) if cause == "nondeterministic" else (0, 1)
+        specs += [{"cause": cause, "kind": kind, "seed": seed} for seed in seeds]
+    return specs
+
+
+def load_visible() -> list[Pair]:
+    """The visible pairs (every cause and kind on the digits task), with their labels and specs."""
+    return load_pairs(VISIBLE_FILE)
