@@ -20,7 +20,7 @@ UNSEEN_SPECS = [
     dict(kind="clean", width=48, depth=2, split=1, seed=11),
     dict(kind="clean", task="regression", width=24, split=2, seed=12),
     dict(kind="tiny_loss", loss_weight=3e-10, split=3, seed=13),
-    dict(kind="tiny_loss", task="regression", loss_weight=1e-9, width=48, seed=14),
+    dict(kind="tiny_loss", task="regression", loss_weight=3e-11, width=48, seed=14),
     dict(kind="big_loss", task="regression", loss_weight=3e3, seed=15),
     dict(kind="big_loss", loss_weight=3e4, depth=2, seed=16),
     dict(kind="stem", input_scale=3000.0, split=4, seed=17),
