@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Callable
 
 import torch
@@ -202,6 +203,12 @@ def _regression_data(split: int, n_train: int = 768, n_val: int = 256, n_in: int
     return x[:n_train], y[:n_train], x[n_train:], y[n_train:]
 
 
+@lru_cache(maxsize=None)
+def _digits(split: int):
+    d = load_digits_split(seed=split)
+    return d.x_train, d.y_train, d.x_val, d.y_val
+
+
 def make_variant(spec: dict) -> Variant:
     """Build a variant from a spec (see ``DEFAULTS`` for its keys; ``kind`` and ``seed`` are labels)."""
     unknown = set(spec) - set(DEFAULTS) - {"kind"}
@@ -209,8 +216,8 @@ def make_variant(spec: dict) -> Variant:
         raise ValueError(f"unknown spec keys {sorted(unknown)}; known: {sorted(DEFAULTS)} and 'kind'")
     s = {**DEFAULTS, **spec}
     if s["task"] == "digits":
-        d = load_digits_split(seed=s["split"])
-        xt, yt, xv, yv, n_out = d.x_train, d.y_train, d.x_val, d.y_val, 10
+        xt, yt, xv, yv = (t.clone() for t in _digits(s["split"]))
+        n_out = 10
     elif s["task"] == "regression":
         xt, yt, xv, yv = _regression_data(s["split"])
         yt, yv, n_out = yt * s["out_gain"], yv * s["out_gain"], 1
