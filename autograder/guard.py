@@ -35,6 +35,7 @@ MODULES = (
     # the judgement exercises' variants: the student-visible module and the grader's hidden ones, one line per lab
     "trainkit.unstable_runs", "autograder.unstable_check",
     "trainkit.repro_runs", "autograder.repro_check",
+    "trainkit.fp16_runs", "autograder.fp16_check",
 )
 # Classes whose methods a submission could patch to make comparisons pass.
 CLASSES = (

@@ -103,6 +103,39 @@ q2_gb_autocast_adamw = 20.8
 q3_clip_order = "b"
 '''
 
+RECIPE_OK = '''
+def fp16_recipe(variant):
+    torch.manual_seed(0)
+    model = variant.model().set_precision(None)
+    x, y = variant.x_train[:128], variant.y_train[:128]
+    biggest = []
+    hooks = [m.register_forward_hook(lambda mod, inp, out: biggest.append(out)) for m in model.modules()
+             if not list(m.children())]
+    out32 = model(x)
+    for h in hooks:
+        h.remove()
+    for t in biggest:
+        t.retain_grad()
+    variant.loss(out32, y).backward()
+    g_max = max([float(t.grad.abs().max()) for t in biggest if t.grad is not None] +
+                [float(p.grad.abs().max()) for p in model.parameters()])
+    ref_loss = float(variant.loss(out32.detach(), y))
+    part = set()
+    with torch.no_grad():
+        for parts in [set(), {"stem"}, {"norm"}, {"loss"}]:
+            out = model.set_precision(parts)(x)
+            loss = float(variant.loss(out.float() if "loss" in parts else out, y))
+            close = torch.allclose(out.float(), out32.detach(), rtol=0.02, atol=0.02 * float(out32.abs().mean()))
+            if close and math.isfinite(loss) and abs(loss - ref_loss) <= 0.01 * abs(ref_loss):
+                part = parts
+                break
+        else:
+            part = {"loss"}
+    if "loss" not in part:
+        g_max = max(g_max, 1.0)
+    return Recipe(init_scale=2.0 ** round(math.log2(512 / g_max)), growth_interval=25, fp32=part)
+'''
+
 
 # Answers that passed every visible test of the earlier edition of this lab and stopped there (issue: "fair visible
 # tests"). Each now fails a visible test with a message that says what to fix.
@@ -110,6 +143,8 @@ VISIBLE_ONLY = {
     "float_format": '\ndef float_format(exponent_bits, mantissa_bits, finite_only=False):\n    e, m = exponent_bits, mantissa_bits\n    bias = 2 ** (e - 1) - 1\n    return {"bits": 1 + e + m, "bias": bias, "eps": 2.0 ** -m,\n            "max": (2 - 2.0 ** -m) * 2.0 ** bias,\n            "smallest_normal": 2.0 ** (1 - bias), "smallest_subnormal": 2.0 ** (1 - bias - m)}\n',
     "loss_scaler": '\nclass LossScaler:\n    def __init__(self, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):\n        self.s, self.gf, self.bf, self.gi = float(init_scale), growth_factor, backoff_factor, growth_interval\n        self.good = 0\n        self.inf = False\n    def get_scale(self):\n        return self.s\n    def scale(self, loss):\n        return loss * self.s\n    def unscale_(self, optimizer):\n        for p in optimizer.param_groups[0]["params"]:\n            p.grad.div_(self.s)\n        self.inf = any(not torch.isfinite(p.grad).all() for p in optimizer.param_groups[0]["params"])\n    def step(self, optimizer):\n        self.unscale_(optimizer)\n        if not self.inf:\n            optimizer.step()\n        return not self.inf\n    def update(self):\n        if self.inf:\n            self.s *= self.bf\n            self.good = 0\n        else:\n            self.good += 1\n            if self.good == self.gi:\n                self.s *= self.gf\n                self.good = 0\n',
     "amp_train_step": '\ndef amp_train_step(model, optimizer, scaler, x, y, *, dtype, max_norm):\n    optimizer.zero_grad()\n    with torch.amp.autocast(x.device.type, dtype=dtype):\n        logits = model(x)\n    loss = F.cross_entropy(logits.float(), y)\n    scaler.scale(loss).backward()\n    scaler.unscale_(optimizer)\n    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n    scaler.step(optimizer)\n    return {"loss": loss.item(), "grad_norm": norm.item(), "skipped": False}\n',
+    # the first reading of exercise 5's spec: the GradScaler defaults of the lesson, nothing kept in fp32
+    "fp16_recipe": "\ndef fp16_recipe(variant):\n    return Recipe(init_scale=2.0**16)\n",
     "training_memory": '\ndef training_memory(model, mode, optimizer="adamw"):\n    n = sum(p.numel() for p in model.parameters())\n    size = 2 if "bf16" in mode and mode != "autocast_bf16" else 4\n    out = {"weights": size * n, "grads": size * n, "optimizer": 2 * size * n,\n           "cast_copies": 2 * n if mode == "autocast_bf16" else 0}\n    out["total"] = sum(out.values())\n    return out\n',
 }
 
@@ -214,7 +249,30 @@ BUGS = {
     "memory_unknown_optimizer_has_no_state": {"training_memory": MEMORY_OK.replace(
         "    if mode not in table or optimizer not in states:", "    states.setdefault(optimizer, 0)\n"
         "    if mode not in table or optimizer not in states:")},
-    # --- exercise 5: self-check answers
+    # --- exercise 5: fp16 recipes (graded by the runs)
+    "recipe_gradscaler_defaults_only": {"fp16_recipe": VISIBLE_ONLY["fp16_recipe"]},
+    "recipe_always_keeps_the_loss_in_fp32": {"fp16_recipe": RECIPE_OK.replace(
+        "    return Recipe(init_scale", "    part = {\"loss\"}\n    return Recipe(init_scale")},
+    "recipe_without_loss_scaling": {"fp16_recipe": RECIPE_OK.replace(
+        "init_scale=2.0 ** round(math.log2(512 / g_max))", "init_scale=1.0")},
+    "recipe_largest_scale_backs_off": {"fp16_recipe": RECIPE_OK.replace(
+        "init_scale=2.0 ** round(math.log2(512 / g_max))", "init_scale=2.0**40")},
+    # reads the planted settings and uses thresholds that fit the visible magnitudes only
+    "recipe_thresholds_of_the_visible_variants": {"fp16_recipe": '''
+def fp16_recipe(variant):
+    net = variant.model()
+    if variant.loss_weight <= 1e-9:
+        return Recipe(init_scale=2.0**34, growth_interval=20, fp32={"loss"})
+    scale = 2.0**-2 if variant.loss_weight >= 1e3 else 2.0**8
+    if float(variant.x_train.abs().max()) >= 1000:
+        return Recipe(init_scale=scale, growth_interval=20, fp32={"stem"})
+    if float(net.stem[1].weight.detach()[0]) >= 200:
+        return Recipe(init_scale=scale, growth_interval=20, fp32={"norm"})
+    if net.out_gain >= 300:
+        return Recipe(init_scale=2.0**-8, growth_interval=20, fp32={"loss"})
+    return Recipe(init_scale=scale, growth_interval=20, fp32={"loss"})
+'''},
+    # --- exercise 6: self-check answers
     "answer_q1_no_regrowth": {"answers": ANSWERS_OK.replace("q1_scale_after = 65536.0", "q1_scale_after = 32768.0")},
     "answer_q2_seed_halves_memory": {"answers": ANSWERS_OK.replace("q2_gb_autocast_adamw = 20.8", "q2_gb_autocast_adamw = 10.4")},
     "answer_q3_clip_scaled": {"answers": ANSWERS_OK.replace('q3_clip_order = "b"', 'q3_clip_order = "a"')},
@@ -222,8 +280,24 @@ BUGS = {
 
 # Correct, but written differently from the reference: bit patterns decoded with integer arithmetic, a scaler
 # that keeps its scale in a float32 tensor and unscales with one foreach call, a step that detects the skip from
-# the scale's back-off, and a per-parameter memory walk.
+# the scale's back-off, a per-parameter memory walk, and an fp16 recipe chosen from short trial runs (the part whose
+# trial tracks the fp32 losses, the scale a fast back-off settles at) instead of a one-batch diagnosis.
 ALTERNATIVE = {
+    "fp16_recipe": '''
+def fp16_recipe(variant):
+    # short trial runs: keep in fp32 the part whose 16-step fp16 run (a scale that starts far too high and backs off
+    # fast) tracks the fp32 run's losses best, and start from the scale that trial settled at, with headroom
+    steps = 16
+    fp32_losses = train_fp16(variant, None, seed=0, steps=steps).train_loss
+    best, best_err, settled = None, math.inf, 1.0
+    for part in FP32_PARTS:
+        trial = train_fp16(variant, Recipe(init_scale=2.0**40, backoff_factor=2.0**-6, growth_interval=1000,
+                                           fp32={part}), seed=0, steps=steps)
+        err = sum(abs(a - b) / abs(b) for a, b in zip(trial.train_loss[-4:], fp32_losses[-4:]))
+        if math.isfinite(err) and err < best_err:
+            best, best_err, settled = part, err, trial.scale[-1]
+    return Recipe(init_scale=settled / 2.0**6, growth_interval=20, fp32={best} if best else set())
+''',
     "float_format": '''
 def float_format(exponent_bits, mantissa_bits, finite_only=False):
     bias = (1 << (exponent_bits - 1)) - 1
