@@ -31,7 +31,7 @@ MODULES = (
     "trainkit.gpt", "trainkit.corpus", "trainkit.runlog", "trainkit.train", "trainkit.train_config",
     "trainkit.checkpoint", "trainkit.digits", "trainkit.runbank", "trainkit.broken_runs", "autograder.runbank_check",
     "trainkit.broken_setups", "autograder.setups_check",
-    "trainkit.challenge", "autograder.challenge_check",
+    "trainkit.challenge", "autograder.challenge_check", "trainkit.schedule_task", "autograder.schedule_check",
 )
 # Classes whose methods a submission could patch to make comparisons pass.
 CLASSES = (
