@@ -89,6 +89,28 @@ def swap(source: str, old: str, new: str) -> str:
     return source.replace(old, new)
 
 
+# Exercise 6 (choose_schedule): one scale rule with warmup and cosine to 0, written so that each hasty or
+# mistaken decision is one swap. The rule is the reference's: fitted on the visible runs.
+SCHEDULE_OK = '''
+def choose_schedule(total_steps, batch_size, width):
+    peak = 0.03 * (batch_size / 32) ** 0.22 * (total_steps / 300) ** -0.54 * (width / 64) ** -0.22
+    warmup = max(1, round(0.05 * total_steps))
+
+    def schedule(step):
+        if step < warmup:
+            return peak * (step + 1) / (warmup + 1)
+        return peak * 0.5 * (1.0 + math.cos(math.pi * (step - warmup) / (total_steps - warmup)))
+    return schedule
+'''
+
+# The best peak of each visible run (its reference sweep), remembered; any other run gets the base run's 0.03.
+SCHEDULE_MEMORISED = swap(SCHEDULE_OK, "    peak = 0.03 * (batch_size / 32) ** 0.22 * (total_steps / 300) ** -0.54 * (width / 64) ** -0.22\n",
+                          """    best = {(300, 32, 64): 0.0316, (80, 64, 64): 0.0562, (1200, 16, 64): 0.01, (300, 4, 32): 0.0316,
+            (150, 512, 64): 0.1, (300, 32, 256): 0.0178, (400, 64, 16): 0.0316, (600, 128, 128): 0.0316}
+    peak = best.get((total_steps, batch_size, width), 0.03)
+""")
+
+
 # The "visible-tests-only" answers: plausible code that silenced every visible test of the lab before the
 # visible tests covered the whole spec (issue: such a student scored 6/14). Each must now fail a visible test.
 # (That student's warmup_cosine_lambdalr, which called warmup_cosine_lr with max_lr=1, was right: not a bug.)
@@ -129,6 +151,19 @@ def scaled_lr(base_lr, base_batch_size, batch_size, rule="linear", sqrt_above=8.
     if rule == "sqrt":
         return base_lr * math.sqrt(k)
     return base_lr * k
+''',
+    # exercise 6's first reading: warmup + cosine "with the usual values" (peak 3e-4, warmup 10 %, floor 10 %), the
+    # same whatever the run; valid at every step, so only the runs tell (every visible run misses)
+    "choose_schedule": '''
+def choose_schedule(total_steps, batch_size, width):
+    warmup = int(0.1 * total_steps)
+
+    def schedule(step):
+        if step < warmup:
+            return 3e-4 * (step + 1) / (warmup + 1)
+        progress = (step - warmup) / (total_steps - warmup)
+        return 3e-5 + (3e-4 - 3e-5) * 0.5 * (1 + math.cos(math.pi * progress))
+    return schedule
 ''',
 }
 
@@ -236,7 +271,30 @@ def warmup_cosine_lambdalr(optimizer, warmup_steps, total_steps, min_lr_ratio=0.
         "    if rule == \"hybrid\":\n", "    if rule == \"hybrid\":\n        if sqrt_above < 1:\n            raise ValueError(\"sqrt_above\")\n")},
     "scale_default_sqrt_above_ignored": {"scaled_lr": swap(SCALED_OK, 'rule="linear", sqrt_above=8.0):',
                                                            'rule="linear", sqrt_above=4.0):')},
-    # --- exercise 6: self-check answers
+    # --- exercise 6: choose_schedule (graded by the runs)
+    "schedule_visible_tests_only": {"choose_schedule": VISIBLE_ONLY["choose_schedule"]},
+    # Adam's default lr, constant: no warmup, no decay, no scale rule
+    "schedule_constant_adam_default": {"choose_schedule": '''
+def choose_schedule(total_steps, batch_size, width):
+    return lambda step: 1e-3
+'''},
+    # the peak tuned on the first visible run and kept for every run: the budget, batch and width ignored
+    "schedule_one_peak_for_every_run": {"choose_schedule": swap(
+        SCHEDULE_OK, "0.03 * (batch_size / 32) ** 0.22 * (total_steps / 300) ** -0.54 * (width / 64) ** -0.22", "0.03")},
+    # the scale rule right, but no decay: the minibatch noise of a constant lr stays in the final loss
+    "schedule_no_decay": {"choose_schedule": swap(
+        SCHEDULE_OK, "return peak * 0.5 * (1.0 + math.cos(math.pi * (step - warmup) / (total_steps - warmup)))",
+        "return 0.5 * peak")},
+    # a table of the visible runs' best peaks: right on every visible run, the base peak on every other
+    "schedule_memorised_visible_runs": {"choose_schedule": SCHEDULE_MEMORISED},
+    # the cosine through torch: every lr after the warmup is a 0-d tensor, not a float
+    "schedule_tensor_lr": {"choose_schedule": swap(
+        SCHEDULE_OK, "math.cos(math.pi * (step - warmup) / (total_steps - warmup))",
+        "torch.cos(torch.tensor(math.pi * (step - warmup) / (total_steps - warmup)))")},
+    # the schedule counts its own calls instead of reading the step: right only when called once per step, in order
+    "schedule_counts_calls": {"choose_schedule": swap(SCHEDULE_OK, "    def schedule(step):\n",
+        "    calls = [-1]\n\n    def schedule(step):\n        calls[0] += 1\n        step = calls[0] % total_steps\n")},
+    # --- exercise 7: self-check answers
     "answer_q1_seed_noam_peak": {"answers": swap(ANSWERS_OK, "q1_noam_peak = 512 ** -0.5 * 4000 ** -0.5",
                                                   "q1_noam_peak = 0.002")},
     "answer_q2_one_warmup_step": {"answers": swap(ANSWERS_OK, "q2_first_step_lr = 0.0",
@@ -305,6 +363,24 @@ def scaled_lr(base_lr, base_batch_size, batch_size, rule="linear", sqrt_above=8.
         kk = k if rule == "sqrt" else k * sqrt_above
         return base_lr * kk ** 0.5
     return base_lr * k
+''',
+    # Warmup-Stable-Decay with its own scale rule (fitted by hand on the visible runs: the fourth root of the batch,
+    # one over the square root of the budget, one over the fourth root of the width), linear decay to 0 over the last
+    # 40 % of the steps
+    "choose_schedule": '''
+def choose_schedule(total_steps, batch_size, width):
+    peak = 0.02 * (batch_size / 32) ** 0.25 * (300 / total_steps) ** 0.5 * (64 / width) ** 0.25
+    warmup = max(1, total_steps // 50)
+    decay = max(1, int(0.4 * total_steps))
+    stable_end = total_steps - decay
+
+    def schedule(step):
+        if step < warmup:
+            return peak * (step + 1) / (warmup + 1)
+        if step < stable_end:
+            return float(peak)
+        return peak * (total_steps - step) / (decay + 1)
+    return schedule
 ''',
     "answers": '''
 q1_noam_peak = 6.99e-4
