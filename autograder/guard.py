@@ -32,6 +32,7 @@ MODULES = (
     "trainkit.checkpoint", "trainkit.digits", "trainkit.runbank", "trainkit.broken_runs", "autograder.runbank_check",
     "trainkit.broken_setups", "autograder.setups_check",
     "trainkit.challenge", "autograder.challenge_check",
+    "trainkit.tuning", "autograder.tuning_check",
 )
 # Classes whose methods a submission could patch to make comparisons pass.
 CLASSES = (
