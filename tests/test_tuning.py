@@ -146,3 +146,14 @@ def test_the_reference_passes_every_pair_and_the_hasty_answers_do_not():
         hasty = _tune_from(CATALOGUE.BUGS[bug]["tune"])
         passed = [not why for _, _, (_, _, why) in _passed(hasty, HIDDEN, HIDDEN_SEEDS)]
         assert sum(passed) < 0.5 * len(passed), (bug, passed)
+
+
+def test_the_budget_cannot_be_raised_by_assignment():
+    task = TuningTask(VISIBLE[-1], "adamw")
+    for name in ("budget", "spent", "steps", "history"):
+        with pytest.raises(AttributeError):
+            setattr(task, name, 10**9)
+    task.history.clear()                                     # a copy: the task's own record is untouched
+    task.trial({"lr": 1e-2}, steps=5)
+    task.history.clear()
+    assert task.spent == 5 and len(task.history) == 1
