@@ -36,6 +36,7 @@ MODULES = (
     "trainkit.unstable_runs", "autograder.unstable_check",
     "trainkit.repro_runs", "autograder.repro_check",
     "trainkit.fp16_runs", "autograder.fp16_check",
+    "trainkit.tuning", "autograder.tuning_check",
     "trainkit.schedule_task", "autograder.schedule_check",
 )
 # Classes whose methods a submission could patch to make comparisons pass.

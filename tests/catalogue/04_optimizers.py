@@ -221,6 +221,11 @@ def build_param_groups(model, weight_decay, decay_embeddings=False):
             no_decay.append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 ''',
+    # exercise 5, the first answer from one reading of the spec: the defaults everyone quotes, no trial spent
+    "tune": '''
+def tune(task, optimizer):
+    return {"lr": 1e-3 if optimizer == "adamw" else 1e-4}
+''',
 }
 
 
@@ -413,6 +418,40 @@ def build_param_groups(model, weight_decay, decay_embeddings=False):
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 '''},
 
+    # --- exercise 5: tune (each misses tasks whose best learning rate it never gets near)
+    "tune_hasty_defaults": {"tune": VISIBLE_ONLY["tune"]},
+    "tune_three_point_grid": {"tune": '''
+def tune(task, optimizer):
+    losses = {lr: task.trial({"lr": lr}) for lr in (1e-4, 1e-3, 1e-2)}
+    return {"lr": min(losses, key=losses.get)}
+'''},
+    # the whole budget on one full-length trial per decade: the right range, a decade too coarse
+    "tune_decade_grid_without_refinement": {"tune": '''
+def tune(task, optimizer):
+    losses = {10.0 ** e: task.trial({"lr": 10.0 ** e}) for e in range(-6, 2)}
+    return {"lr": min(losses, key=losses.get)}
+'''},
+    # one trial too many: the ninth full-length trial raises BudgetExceeded
+    "tune_over_budget": {"tune": '''
+def tune(task, optimizer):
+    losses = {10.0 ** e: task.trial({"lr": 10.0 ** e}) for e in range(-6, 3)}
+    return {"lr": min(losses, key=losses.get)}
+'''},
+    "tune_returns_the_lr": {"tune": '''
+def tune(task, optimizer):
+    coarse = {lr: task.trial({"lr": lr}, steps=task.steps // 2) for lr in (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)}
+    return min(coarse, key=coarse.get)
+'''},
+    # the visible tasks' best learning rates, read off a sweep of them, and the defaults elsewhere
+    "tune_memorises_the_visible_tasks": {"tune": '''
+def tune(task, optimizer):
+    known = {"digits, MLP 32 x 1, standardised pixels": (0.018, 0.0018), "digits, MLP 32 x 1, pixels 0..255": (0.0032, 0.001),
+             "digits, linear, standardised pixels x 0.01": (3.2, 0.32), "regression, MLP 32 x 2, unit targets": (0.01, 0.0018),
+             "bigram LM, vocabulary 32": (0.056, 0.018)}
+    adamw, lion = known.get(task.name, (1e-3, 1e-4))
+    return {"lr": adamw if optimizer == "adamw" else lion}
+'''},
+
     # --- exercise 5: self-check answers
     "answer_q1_forgot_lr": {"answers": _answers("q1_decay_fraction_per_step = 2e-3 * 0.05", "q1_decay_fraction_per_step = 0.05")},
     "answer_q2_larger_rms": {"answers": _answers('q2_adam_l2_stronger_decay = "b"', 'q2_adam_l2_stronger_decay = "a"')},
@@ -516,6 +555,18 @@ def build_param_groups(model, weight_decay, decay_embeddings=False):
         shares_embedding = any(q is p for n, q in model.named_parameters(remove_duplicate=False) if n in embedding_names)
         groups[p.ndim > 1 and (decay_embeddings or not shares_embedding)].append(p)
     return [dict(params=groups[True], weight_decay=weight_decay), dict(params=groups[False], weight_decay=0.0)]
+''',
+    # exercise 5: a learning-rate range test (short trials half a decade apart over the whole range), then full-length
+    # trials a third of a decade apart below its best, the best of them kept
+    "tune": '''
+def tune(task, optimizer):
+    quick = {10 ** (k / 2): task.trial({"lr": 10 ** (k / 2)}, steps=task.steps // 10) for k in range(-12, 3)}
+    top = min(quick, key=quick.get)       # a short run rewards speed: the full run wants this or less
+    full = {}
+    for k in range(6):
+        if task.spent + task.steps <= task.budget:
+            full[top / 10 ** (k / 3)] = task.trial({"lr": top / 10 ** (k / 3)})
+    return {"lr": min(full, key=full.get)}
 ''',
     "answers": '''
 q1_decay_fraction_per_step = 0.0001
