@@ -7,10 +7,12 @@ reshuffle that falls after the last step is not graded as another data order). I
 one it accepts.
 
 The unseen pairs (``unseen_specs``) are unlike the visible ones: other seeds, widths, depths, minibatch sizes, the
-regression task, code changes that act at other steps, racy reductions that race more or less often, and kinds the
-visible pairs never show (``HIDDEN_PLANTS``): a seed that moves the data order too (so the manifest's first difference
-is the data's), an order that a reshuffle setting nobody records changes, a code change from another commit, a clip
-added in one of two dirty trees, and two dirty trees whose different changes touch nothing the run executes.
+regression task, dropout, code changes that act at other steps, racy reductions that race more or less often, and
+kinds the visible pairs never show (``HIDDEN_PLANTS``): a seed that moves the data order too (so the manifest's first
+difference is the data's), an order that a reshuffle setting nobody records changes, a code change from another
+commit, a clip added in one of two dirty trees, two dirty trees whose different changes touch nothing the run
+executes, a fine-tune's dropout seed that no manifest records, races in two trees with harmless edits (in training and
+evaluation, or in evaluation only), and a code change in runs that could also race.
 
     python -m autograder.repro_check build     # retrain the visible and the unseen pairs, store both
 
@@ -26,7 +28,7 @@ from pathlib import Path
 import torch
 
 from trainkit import repro_runs as rr
-from trainkit.repro_runs import _code, _side
+from trainkit.repro_runs import _code, _masks, _racy, _side
 
 UNSEEN_FILE = Path(__file__).with_name("repro_unseen.json")
 
@@ -39,13 +41,24 @@ HIDDEN_PLANTS = {
                                          _side({"max_norm": 0.3}, diff=_code("clip 0.3", sp["seed"]))),
     ("reproducible", "other_diffs"): lambda sp: (_side(diff=f"--- a/plots.py\n+++ b/plots.py\n@@ {sp['seed']}"),
                                                  _side(diff=f"--- a/README.md\n+++ b/README.md\n@@ {sp['seed']}")),
+    ("seed", "dropout_unrecorded"): lambda sp: (_side(_masks(sp, 0), records_seeds=False),
+                                                _side(_masks(sp, 2), records_seeds=False)),
+    ("nondeterministic", "race_two_edits"): lambda sp: _racy(sp, {"race": sp["race"], "eval_race": sp["eval_race"]},
+                                                             diffs=(_code("a docstring", sp["seed"]),
+                                                                    _code("a log line's wording", sp["seed"]))),
+    ("nondeterministic", "eval_race_comment"): lambda sp: _racy(sp, {"eval_race": sp["eval_race"]},
+                                                                diffs=(_code("a comment", sp["seed"]), None)),
+    ("code_change", "head_init_racy_runs"): lambda sp: (_side(deterministic=False),
+                                                        _side({"head_gain": 0.5}, diff=_code("head init x0.5", sp["seed"]),
+                                                              deterministic=False)),
 }
+NUMBERS = ("grad_norm", "lr", "train/loss", "val/loss")     # the logged numbers ("batch" is a fingerprint)
 
 
 def _first_difference(pair: rr.Pair):
     """(step, key, relative size) of the first logged value that differs between the two runs, or None."""
     for row_a, row_b in zip(pair.a.log, pair.b.log):
-        for key in sorted(set(row_a) | set(row_b)):
+        for key in NUMBERS:
             x, y = row_a.get(key), row_b.get(key)
             if x != y:
                 return row_a["step"], key, abs(x - y) / max(abs(x), abs(y), 1e-12)
@@ -61,29 +74,33 @@ def shows_cause(pair: rr.Pair) -> bool:
         return False
     step, key, size = first
     val_a, val_b = pair.a.log[0]["val/loss"], pair.b.log[0]["val/loss"]
-    starts_apart = val_a != val_b                     # the initial weights differ: measured before any update
-    if pair.label == "seed":
-        return abs(val_a - val_b) > 1e-4 * abs(val_a)
+    start_gap = abs(val_a - val_b) / abs(val_a)      # measured before any update: other initial weights move it
+    other_batches = [r.get("batch") for r in pair.a.log] != [r.get("batch") for r in pair.b.log]
+    can_race = not (pair.a.manifest["deterministic"] or pair.b.manifest["deterministic"])
+    if pair.label == "seed":                          # other initial weights, or (same weights) other dropout masks
+        return start_gap > 1e-4 or (start_gap == 0 and not other_batches and size > 1e-3)
     if pair.label == "data_order":
-        return not starts_apart and size > 1e-3
+        return start_gap == 0 and other_batches and size > 1e-3
     if pair.label == "nondeterministic":
-        return not starts_apart and size < 1e-5
-    if pair.label == "code_change":
+        return can_race and start_gap < 1e-5 and not other_batches and size < 1e-5
+    if pair.label == "code_change":                   # where a race could also be, far larger than a race
         code = [(r.manifest["git_sha"], r.manifest["git_diff_sha256"]) for r in (pair.a, pair.b)]
-        return code[0] != code[1]
+        return code[0] != code[1] and not other_batches and (not can_race or size > 1e-3)
     raise ValueError(pair.label)
 
 
 def unseen_specs() -> list[dict]:
     """The grader's pairs: every visible and hidden kind on three settings unlike the visible ones, and three more
     racy pairs."""
-    settings = [dict(seed=5, width=48, depth=2, at=12, race=0.03),
-                dict(seed=6, task="regression", width=32, at=28, race=0.06),
-                dict(seed=7, task="regression", width=64, depth=2, batch_size=32, lr=1e-2, at=6, race=0.1)]
+    settings = [dict(seed=5, width=48, depth=2, at=12, race=0.03, eval_race=0.4),
+                dict(seed=6, task="regression", width=32, dropout=0.05, at=28, race=0.06, eval_race=0.7),
+                dict(seed=7, task="regression", width=64, depth=2, batch_size=32, lr=1e-2, at=6, race=0.1,
+                     eval_race=0.25)]
     races = [dict(seed=8, width=48, race=0.02), dict(seed=9, task="regression", depth=2, race=0.15),
-             dict(seed=10, width=64, batch_size=32, race=0.05)]          # races are rarer than other causes: more
+             dict(seed=10, width=64, batch_size=32, dropout=0.2, race=0.05)]  # races are rarer than other causes: more
     return ([{"cause": cause, "kind": kind, **setting} for (cause, kind) in HIDDEN_PLANTS for setting in settings]
-            + [{"cause": "nondeterministic", "kind": "race", **setting} for setting in races])
+            + [{"cause": "nondeterministic", "kind": kind, **setting}
+               for kind in ("race", "eval_race", "race_comment") for setting in races])
 
 
 def _store(path: Path, pairs: list[rr.Pair]) -> None:

@@ -85,8 +85,10 @@ def test_the_reference_names_every_pair_and_naive_readings_do_not():
     reference = _reference()
     assert _accuracy(reference, VISIBLE) == 1.0 and _accuracy(reference, UNSEEN) == 1.0
     assert _accuracy(CATALOGUE.ALTERNATIVE["why_not_reproducible"], UNSEEN) == 1.0
-    hasty = CATALOGUE.VISIBLE_ONLY["why_not_reproducible"]               # the first differing manifest field
-    assert _accuracy(hasty, VISIBLE) < 0.7 and _accuracy(hasty, UNSEEN) < 0.7
+    first_field = CATALOGUE.REPRO_FIRST_MANIFEST_FIELD                   # the first differing manifest field
+    assert _accuracy(first_field, VISIBLE) < 0.7 and _accuracy(first_field, UNSEEN) < 0.7
+    hasty = CATALOGUE.VISIBLE_ONLY["why_not_reproducible"]               # a decision table from one reading
+    assert _accuracy(hasty, VISIBLE) < 0.85 and _accuracy(hasty, UNSEEN) < 0.85
     logs_only = CATALOGUE.REPRO_LOGS_ONLY
     assert _accuracy(logs_only, VISIBLE) < 0.95 and _accuracy(logs_only, UNSEEN) < 0.85
     memoriser = CATALOGUE.REPRO_MEMORISES_VISIBLE
@@ -105,12 +107,38 @@ def test_the_races_and_the_other_minibatches_are_far_apart():
     races = [first_gap(p) for p in VISIBLE + UNSEEN if p.label == "nondeterministic"]
     orders = [first_gap(p) for p in VISIBLE + UNSEEN if p.label == "data_order"]
     assert max(races) < 1e-6 < 1e-3 < min(orders)
+    # where a race was possible (neither run deterministic), a code change moves far more than a race
+    racy_code = [first_gap(p) for p in VISIBLE + UNSEEN if p.label == "code_change"
+                 and not (p.a.manifest["deterministic"] or p.b.manifest["deterministic"])]
+    assert racy_code and min(racy_code) > 1e-3
 
 
-# visible: a reproducible pair, a racy one; unseen: a regression reshuffle nobody records, a change from another commit
+def test_the_visible_pairs_show_every_confounder_of_a_one_reading_table():
+    # a harmless edit in one tree while a reduction races; a race in the first evaluation (the first validation losses
+    # differ in their last bits, the first minibatch's loss does not); a seed that moves only the dropout masks (the
+    # same first validation loss and the same minibatches, a large difference from the first step on)
+    def batches(run):
+        return [r.get("batch") for r in run.log]
+    code = ("git_sha", "git_dirty", "git_diff_sha256")
+    for bank, least in ((VISIBLE, 2), (UNSEEN, 4)):
+        edits = [p for p in bank if p.label == "nondeterministic" and any(p.a.manifest[k] != p.b.manifest[k] for k in code)]
+        first_eval = [p for p in bank if p.label == "nondeterministic" and p.a.log[0]["val/loss"] != p.b.log[0]["val/loss"]
+                      and p.a.log[0]["train/loss"] == p.b.log[0]["train/loss"]]
+        masks = [p for p in bank if p.label == "seed" and p.a.log[0]["val/loss"] == p.b.log[0]["val/loss"]
+                 and batches(p.a) == batches(p.b)]
+        assert len(edits) >= least and len(first_eval) >= 1 and len(masks) >= least
+        assert all(p.a.manifest["config"]["model"]["dropout"] > 0 for p in masks)
+        assert all(batches(p.a) != batches(p.b) for p in bank if p.label == "data_order")
+    assert {p.spec.get("dropout", 0.0) > 0 for p in VISIBLE if p.label != "seed"} == {True, False}, "dropout alone tells"
+
+
+# visible: a reproducible pair, a racy one, a race in evaluation, a seed of the dropout masks only; unseen: a
+# regression reshuffle nobody records, a change from another commit
 @pytest.mark.parametrize("bank,spec", [
     ("visible", {"cause": "reproducible", "kind": "same", "seed": 0}),
     ("visible", {"cause": "nondeterministic", "kind": "race", "seed": 1}),
+    ("visible", {"cause": "nondeterministic", "kind": "eval_race", "seed": 0}),
+    ("visible", {"cause": "seed", "kind": "dropout_only", "seed": 1}),
     ("unseen", {"cause": "data_order", "kind": "reshuffle_unrecorded", "seed": 6}),
     ("unseen", {"cause": "code_change", "kind": "commit", "seed": 5}),
 ])

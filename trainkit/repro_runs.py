@@ -19,10 +19,10 @@ drawn curve.
 | ``git_sha`` | the commit the code was run from |
 | ``git_dirty`` | whether the working tree had uncommitted changes to tracked files |
 | ``git_diff_sha256`` | SHA-256 of ``git diff HEAD`` when dirty (which changes, not only that there were some), else ``None`` |
-| ``config`` | ``task``, ``model`` (``width``, ``depth``), ``optim`` (``name``, ``lr``, ``weight_decay``), ``batch_size``, ``steps`` and, where the pipeline records them, ``seed`` (of the initial weights) and ``data`` (``shuffle_seed``, ``reshuffle_each_epoch``); older pipelines record neither |
+| ``config`` | ``task``, ``model`` (``width``, ``depth``, ``dropout``: the probability of each dropout layer, 0 for none), ``optim`` (``name``, ``lr``, ``weight_decay``), ``batch_size``, ``steps``; ``init_from`` (only in a fine-tune: the checkpoint its initial weights are loaded from); and, where the pipeline records them, ``seed`` (of the run's random draws: the initial weights, unless they come from ``init_from``, and the dropout masks) and ``data`` (``shuffle_seed``, ``reshuffle_each_epoch``); older pipelines record neither |
 | ``config_hash`` | SHA-256 of the config (keys sorted) |
 | ``versions`` | ``python``, ``torch``, ``numpy`` |
-| ``deterministic`` | whether ``torch.use_deterministic_algorithms(True)`` was on |
+| ``deterministic`` | whether ``torch.use_deterministic_algorithms(True)`` was on (then no reduction races) |
 
 A manifest records what the pipeline was told, which is not always what the run did (a seed taken from an environment
 variable that the config does not show, a data loader whose order depends on a setting no one records), and a
@@ -30,8 +30,10 @@ difference between two manifests is not always a difference between the runs (an
 change touches nothing the run executes).
 
 ``run.log`` (a list of dicts, in order): one row per optimiser step ``s`` (``0 <= s < steps``) with ``"step"``,
-``"epoch"``, ``"train/loss"`` (the minibatch loss of step ``s``, before its update), ``"lr"`` (the learning rate of
-that update) and ``"grad_norm"`` (the global gradient norm before the update); every ``eval_every`` steps, from step 0,
+``"epoch"``, ``"batch"`` (the data loader's fingerprint of the step's minibatch: the first 12 hex digits of the SHA-256
+of its example indices, in order; equal fingerprints, the same examples in the same order), ``"train/loss"`` (the
+minibatch loss of step ``s``, before its update, in training mode: with dropout, if any), ``"lr"`` (the learning rate
+of that update) and ``"grad_norm"`` (the global gradient norm before the update); every ``eval_every`` steps, from step 0,
 the row also holds ``"val/loss"``, measured before that step's update; a last row ``{"step": steps, "val/loss": ...}``
 holds the final validation loss. Every value is the number the run computed (a float32 loss stored exactly), so two
 runs that computed the same thing have equal logs, bit for bit.
@@ -41,21 +43,23 @@ runs that computed the same thing have equal logs, bit for bit.
 | label | how it is planted |
 |---|---|
 | ``reproducible`` | nothing differs in what the runs compute (their manifests may still differ) |
-| ``seed`` | another seed for the initial weights |
+| ``seed`` | another seed for the run's random draws: the initial weights (and the dropout masks), or, in a fine-tune from one checkpoint, the dropout masks only |
 | ``data_order`` | the same initial weights; the minibatches come in another order (another shuffle seed, or an epoch reshuffled in one run and not in the other) |
 | ``code_change`` | the code differs (uncommitted changes, or another commit) in a way that changes what the run computes |
-| ``nondeterministic`` | the same code, settings and seeds; a reduction whose order is not fixed makes a step's sum differ in its last bits |
+| ``nondeterministic`` | the same settings and seeds (and code, or an edit that changes nothing the run computes); a reduction whose order is not fixed makes a sum differ in its last bits: a training step's (the runs drift apart from there) or a validation loss's (that logged value alone) |
 
 **How the non-determinism is emulated (say so when you use it).** A GPU kernel that sums many values (a gradient over
 a minibatch, a scatter-add) often adds the partial sums of its blocks with atomic adds, in the order the blocks finish;
 floating-point addition is not associative, so the total can change in its last bits from one run to the next. Here
 each step's loss and gradient are the sums of the contributions of ``SLICES`` slices of the minibatch; a deterministic
 run adds them in a fixed order, a racy one (``race > 0``) adds them, at a step with probability ``race``, in another
-order. That is the same arithmetic a racy reduction performs, on the CPU, and the same size of difference (an ulp or
-a few); a real GPU's races are more frequent and involve more partial sums.
+order. A validation loss is the sum of ``EVAL_BLOCKS`` blocks' partial sums, which a racy evaluation (``eval_race >
+0``) adds, at an evaluation with probability ``eval_race``, in a shuffled order. That is the same arithmetic a racy
+reduction performs, on the CPU, and the same size of difference (an ulp or a few); a real GPU's races are more
+frequent and involve more partial sums. Only runs whose manifest says ``deterministic: false`` race.
 
-``make_pair`` also takes settings the visible pairs do not use (another ``task``, ``width``, ``depth``,
-``batch_size``, ``steps``, ``lr``, ``at``, ``race``): make pairs of your own to test a method.
+``make_pair`` also takes settings the visible pairs do not use (another ``task``, ``width``, ``depth``, ``dropout``,
+``batch_size``, ``steps``, ``lr``, ``at``, ``race``, ``eval_race``): make pairs of your own to test a method.
 """
 from __future__ import annotations
 
@@ -72,16 +76,17 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from trainkit.digits import evaluate, load_digits_split
+from trainkit.digits import load_digits_split
 from trainkit.models import mlp
 
 LABELS = ("reproducible", "seed", "data_order", "code_change", "nondeterministic")
 SLICES = 4            # the partial sums of a step's loss and gradient
+EVAL_BLOCKS = 16      # the partial sums of a validation loss
 
 # What a run does (not what its manifest says). make_pair's plants change these per side.
-SOUND = dict(task="digits", data_seed=0, width=32, depth=1, batch_size=64, steps=40, lr=3e-3, weight_decay=0.0,
-             eval_every=5, init_seed=0, order_seed=0, reshuffle=True, head_gain=1.0, lr_drop_at=None,
-             eps=1e-8, max_norm=None, race=0.0, race_seed=0)
+SOUND = dict(task="digits", data_seed=0, width=32, depth=1, dropout=0.0, batch_size=64, steps=40, lr=3e-3,
+             weight_decay=0.0, eval_every=5, init_seed=0, mask_seed=None, order_seed=0, reshuffle=True,
+             head_gain=1.0, lr_drop_at=None, eps=1e-8, max_norm=None, race=0.0, eval_race=0.0, race_seed=0)
 TASKS = ("digits", "regression")
 
 
@@ -121,6 +126,13 @@ def train(settings: dict) -> list:
     data, loss_fn, n_in, n_out, activation, flat = _task(s["task"], s["data_seed"])
     torch.manual_seed(s["init_seed"])
     model = mlp(n_in, s["width"], s["depth"], n_out, activation=activation)
+    if s["dropout"]:                                    # after each hidden layer's activation
+        layers = list(model)
+        model = nn.Sequential(*[m for i, layer in enumerate(layers)
+                                for m in ([layer, nn.Dropout(s["dropout"])] if 0 < i < len(layers) - 1
+                                          and i % 2 == 1 else [layer])])
+    if s["mask_seed"] is not None:                      # initial weights from a checkpoint; the seed drives the rest
+        torch.manual_seed(s["mask_seed"])
     if flat:
         model = nn.Sequential(model, nn.Flatten(0))
     with torch.no_grad():
@@ -137,7 +149,10 @@ def train(settings: dict) -> list:
     for step in range(steps + 1):
         row = {"step": step}
         if step % s["eval_every"] == 0 or step == steps:
-            row["val/loss"] = evaluate(model, data.x_val, data.y_val, loss_fn)[0]
+            blocks = list(range(EVAL_BLOCKS))
+            if s["eval_race"] and race.random() < s["eval_race"]:
+                race.shuffle(blocks)                    # the blocks' sums land in another order
+            row["val/loss"] = _val_loss(model, data.x_val, data.y_val, loss_fn, blocks)
         if step == steps:
             log.append(row)
             break
@@ -146,6 +161,7 @@ def train(settings: dict) -> list:
             order = torch.randperm(n, generator=order_gen)
         idx = order[pos * batch:(pos + 1) * batch]
         x, y = data.x_train[idx], data.y_train[idx]
+        fingerprint = hashlib.sha256(idx.numpy().tobytes()).hexdigest()[:12]
         lr = s["lr"] * (0.3 if s["lr_drop_at"] is not None and step >= s["lr_drop_at"] else 1.0)
         for group in opt.param_groups:
             group["lr"] = lr
@@ -153,9 +169,7 @@ def train(settings: dict) -> list:
         for k in range(SLICES):
             part = loss_fn(model(x[k::SLICES]), y[k::SLICES], reduction="sum") / len(y)
             sums.append((part.detach(), torch.autograd.grad(part, params)))
-        at_once = list(range(SLICES))
-        if s["race"] and race.random() < s["race"]:     # the partial sums land in another order this step
-            at_once = at_once[1:] + at_once[:1] if race.random() < 0.5 else at_once[::-1]
+        at_once = _order(race, s["race"])
         loss = sums[at_once[0]][0]
         grads = list(sums[at_once[0]][1])
         for k in at_once[1:]:
@@ -168,9 +182,32 @@ def train(settings: dict) -> list:
         else:
             norm = torch.nn.utils.get_total_norm(grads)
         opt.step()
-        row.update({"epoch": epoch, "train/loss": float(loss), "lr": lr, "grad_norm": float(norm)})
+        row.update({"epoch": epoch, "batch": fingerprint, "train/loss": float(loss), "lr": lr,
+                    "grad_norm": float(norm)})
         log.append(row)
     return log
+
+
+def _order(race: random.Random, p: float) -> list:
+    """The order in which the SLICES partial sums are added: fixed, or (a race, with probability p) another one."""
+    order = list(range(SLICES))
+    if p and race.random() < p:
+        order = order[1:] + order[:1] if race.random() < 0.5 else order[::-1]
+    return order
+
+
+@torch.no_grad()
+def _val_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn, order: list) -> float:
+    """The mean validation loss (eval mode), as the sum of ``len(order)`` blocks' partial sums added in ``order``."""
+    was_training = model.training
+    model.eval()
+    n = len(order)
+    parts = [loss_fn(model(x[k::n]), y[k::n], reduction="sum") / len(y) for k in range(n)]
+    model.train(was_training)
+    total = parts[order[0]]
+    for k in order[1:]:
+        total = total + parts[k]
+    return float(total)
 
 
 # --- manifests ------------------------------------------------------------------------------------------------
@@ -189,11 +226,13 @@ def manifest(settings: dict, rng: random.Random, git_sha: str, diff: str | None 
     ones the run used). ``diff``: the text of the uncommitted changes (None: a clean tree); ``rng`` draws this start's
     own fields."""
     s = {**SOUND, **settings}
-    config = {"task": s["task"], "model": {"width": s["width"], "depth": s["depth"]},
+    config = {"task": s["task"], "model": {"width": s["width"], "depth": s["depth"], "dropout": s["dropout"]},
               "optim": {"name": "adamw", "lr": s["lr"], "weight_decay": s["weight_decay"]},
               "batch_size": s["batch_size"], "steps": s["steps"]}
+    if s["mask_seed"] is not None:                  # a fine-tune: the initial weights are a stored checkpoint's
+        config["init_from"] = f"checkpoints/init-{_sha(str(s['init_seed']))[:8]}.pt"
     if records_seeds:
-        config["seed"] = s["init_seed"]
+        config["seed"] = s["init_seed"] if s["mask_seed"] is None else s["mask_seed"]
         config["data"] = {"shuffle_seed": s["order_seed"], "reshuffle_each_epoch": s["reshuffle"]}
     day, hour, minute = rng.randint(1, 28), rng.randint(0, 23), rng.randint(0, 59)
     return {
@@ -235,6 +274,8 @@ PLANTS: dict[tuple[str, str], Callable[[dict], tuple[dict, dict]]] = {
     ("seed", "unrecorded"): lambda sp: (_side(), _side({"init_seed": sp["seed"] + 1}, told={"init_seed": sp["seed"]})),
     ("seed", "old_manifest"): lambda sp: (_side(records_seeds=False),
                                           _side({"init_seed": sp["seed"] + 1}, records_seeds=False)),
+    # a fine-tune from one checkpoint: the seed moves only the dropout masks
+    ("seed", "dropout_only"): lambda sp: (_side(_masks(sp, 0)), _side(_masks(sp, 1))),
     # the order of the minibatches
     ("data_order", "shuffle_seed"): lambda sp: (_side(), _side({"order_seed": sp["seed"] + 1})),
     ("data_order", "reshuffle"): lambda sp: (_side(), _side({"reshuffle": False})),
@@ -243,18 +284,32 @@ PLANTS: dict[tuple[str, str], Callable[[dict], tuple[dict, dict]]] = {
     ("code_change", "head_init"): lambda sp: (_side(), _side({"head_gain": 0.5}, diff=_code("head init x0.5", sp["seed"]))),
     ("code_change", "lr_drop"): lambda sp: (_side(), _side({"lr_drop_at": sp["at"]}, diff=_code("lr drop", sp["seed"]))),
     ("code_change", "adam_eps"): lambda sp: (_side(), _side({"eps": 1e-6}, diff=_code("eps 1e-6", sp["seed"]))),
-    # a racy reduction in both runs
-    ("nondeterministic", "race"): lambda sp: (_side({"race": sp["race"], "race_seed": 2 * sp["seed"]}, deterministic=False),
-                                              _side({"race": sp["race"], "race_seed": 2 * sp["seed"] + 1},
-                                                    deterministic=False)),
+    # a racy reduction in both runs: in training, in evaluation only, or in training with a harmless edit in one tree
+    ("nondeterministic", "race"): lambda sp: _racy(sp, {"race": sp["race"]}),
+    ("nondeterministic", "eval_race"): lambda sp: _racy(sp, {"eval_race": sp["eval_race"]}),
+    ("nondeterministic", "race_comment"): lambda sp: _racy(sp, {"race": sp["race"]},
+                                                           diffs=(None, _code("a comment", sp["seed"]))),
 }
-PAIR_DEFAULTS = dict(seed=0, task="digits", width=32, depth=1, batch_size=64, steps=40, lr=3e-3, at=20, race=0.04)
+PAIR_DEFAULTS = dict(seed=0, task="digits", width=32, depth=1, dropout=0.0, batch_size=64, steps=40, lr=3e-3, at=20,
+                     race=0.04, eval_race=0.5)
+
+
+def _masks(sp: dict, moved: int) -> dict:
+    """A fine-tune's settings: the initial weights of seed ``sp["seed"]``, dropout, its masks from seed + ``moved``."""
+    return {"dropout": sp["dropout"] or 0.1, "mask_seed": sp["seed"] + moved}
+
+
+def _racy(sp: dict, race: dict, diffs=(None, None), **manifest_kw) -> tuple[dict, dict]:
+    """Both sides race the same way (each run draws its own races); ``diffs``: each tree's uncommitted changes."""
+    first = 2 * sp["seed"] + (100 if any(diffs) else 0)               # not the draws of the clean trees' pairs
+    return tuple(_side({**race, "race_seed": first + i}, deterministic=False, diff=diffs[i], **manifest_kw)
+                 for i in (0, 1))
 
 
 def make_pair(spec: dict, plants: dict | None = None) -> Pair:
-    """Train the two runs of ``spec``: {"cause", "kind", "seed"} and optionally "task", "width", "depth",
+    """Train the two runs of ``spec``: {"cause", "kind", "seed"} and optionally "task", "width", "depth", "dropout",
     "batch_size", "steps", "lr", "at" (the step a code change starts to act), "race" (the probability, per step, that
-    a racy reduction adds in another order). ``plants`` (default ``PLANTS``): {(cause, kind): plant}."""
+    a racy reduction in training adds in another order), "eval_race" (the same, per evaluation). ``plants`` (default ``PLANTS``): {(cause, kind): plant}."""
     plants = PLANTS if plants is None else plants
     if (spec.get("cause"), spec.get("kind")) not in plants:
         raise ValueError(f"unknown cause and kind {(spec.get('cause'), spec.get('kind'))!r}; one of {sorted(plants)}")
@@ -262,7 +317,7 @@ def make_pair(spec: dict, plants: dict | None = None) -> Pair:
     if unknown:
         raise ValueError(f"unknown spec keys {sorted(unknown)}; a spec takes cause, kind and {sorted(PAIR_DEFAULTS)}")
     sp = {**PAIR_DEFAULTS, **spec}
-    shared = {k: sp[k] for k in ("task", "width", "depth", "batch_size", "steps", "lr")}
+    shared = {k: sp[k] for k in ("task", "width", "depth", "dropout", "batch_size", "steps", "lr")}
     shared.update(init_seed=sp["seed"], order_seed=sp["seed"], data_seed=sp["seed"] % 2)
     rng = random.Random(_sha(json.dumps(sp, sort_keys=True)))        # this pair's own fields, from the whole spec
     git_sha = _hex(rng, 40)
@@ -309,8 +364,9 @@ def visible_specs() -> list[dict]:
     """The pairs a student iterates on: every cause and kind, on the digits task, on two or three seeds."""
     specs = []
     for (cause, kind) in PLANTS:
-        seeds = (0, 1, 2, 3) if cause == "nondeterministic" else (0, 1)
-        specs += [{"cause": cause, "kind": kind, "seed": seed} for seed in seeds]
+        seeds = (0, 1, 2) if cause == "nondeterministic" or kind == "dropout_only" else (0, 1)
+        specs += [{"cause": cause, "kind": kind, "seed": seed, **({"dropout": 0.1} if seed == 1 else {})}
+                  for seed in seeds]
     return specs
 
 

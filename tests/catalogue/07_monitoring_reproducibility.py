@@ -211,9 +211,27 @@ def why_not_reproducible(run_a, run_b):
     return "reproducible"
 '''
 
+# The hasty decision table (a trial student, five minutes, no lesson read): logs equal, then the git fields, then the
+# first validation loss, then the size of the first differing row. Each question is asked of one piece of evidence
+# as if only one cause could produce it: a harmless edit in one tree while a reduction races is called a code change,
+# a race in the first evaluation another seed, and a seed that moves only the dropout masks another data order (the
+# logged minibatch fingerprints, which say the order was the same, are never read).
+REPRO_HASTY_DECISION_TABLE = '''
+def why_not_reproducible(run_a, run_b):
+    la, lb = run_a.log, run_b.log
+    if la == lb: return "reproducible"
+    ma, mb = run_a.manifest, run_b.manifest
+    if any(ma.get(k) != mb.get(k) for k in ("git_sha", "git_dirty", "git_diff_sha256")): return "code_change"
+    if la[0].get("val/loss") != lb[0].get("val/loss"): return "seed"          # different initial weights
+    ra, rb = next((ra, rb) for ra, rb in zip(la, lb) if ra != rb)             # first differing row
+    tiny = all(abs(ra[k] - rb[k]) <= 1e-5 * max(abs(ra[k]), abs(rb[k]), 1e-12)
+               for k in ("train/loss", "grad_norm", "val/loss") if k in ra and k in rb and ra[k] != rb[k])
+    return "nondeterministic" if tiny else "data_order"
+'''
+
 # The code a student plausibly stops at once the visible tests are silent (CONTRIBUTING.md, "Tests that are fair
 # to students"): it must fail a visible test of its own exercise (tests/test_catalogue.py).
-VISIBLE_ONLY = {"why_not_reproducible": REPRO_FIRST_MANIFEST_FIELD}
+VISIBLE_ONLY = {"why_not_reproducible": REPRO_HASTY_DECISION_TABLE}
 
 # Reads only the logs (and the lr column for code): a code change that moves the initial weights looks like a seed,
 # one that moves the last bits looks like a race.
@@ -398,6 +416,7 @@ BUGS = {
     atomic_save(state, path)''')},
     # --- exercise 6: why_not_reproducible (each loses bands of its own exercise only)
     "repro_first_manifest_field": {"why_not_reproducible": REPRO_FIRST_MANIFEST_FIELD},
+    "repro_hasty_decision_table": {"why_not_reproducible": REPRO_HASTY_DECISION_TABLE},
     "repro_logs_only": {"why_not_reproducible": REPRO_LOGS_ONLY},
     "repro_loose_threshold": {"why_not_reproducible": REPRO_LOOSE_THRESHOLD},
     "repro_memorises_visible_pairs": {"why_not_reproducible": REPRO_MEMORISES_VISIBLE},
@@ -411,7 +430,7 @@ BUGS = {
 # Correct, but written differently from the reference: the LR read from the scheduler, a meter that keeps a
 # list of counted steps, a manifest that hashes through numpy and a flattened diff, a torch.Generator per epoch
 # shared by all ranks, a checkpoint with mkstemp and numpy's state stored as plain values, and a diagnosis that reads
-# the logs as a table (numpy) and tells a race from another minibatch in float32 ulps.
+# the logs as a table (numpy), measures differences in float32 ulps and rules out the causes that cannot explain them.
 ALTERNATIVE = {
     "logged_train_step": '''
 def logged_train_step(model, optimizer, scheduler, batch, step, logger, max_norm=1.0):
@@ -561,26 +580,41 @@ def load_checkpoint(run, path):
 ''',
     "why_not_reproducible": '''
 def why_not_reproducible(run_a, run_b):
-    # A decision table on where and how the logs part, read as float32 numbers; the manifest only says whether the
-    # code was the same, and is asked only once the logs show a difference.
+    # Rule causes out: the logs as float32 tables (sizes in ulps) and fingerprints; each cause kept only if it can
+    # produce what the logs show, and the manifest asked only about what it records faithfully (the code, the flags).
     keys = ("train/loss", "grad_norm", "lr", "val/loss")
 
     def table(run):
         return np.array([[row.get(k, np.nan) for k in keys] for row in run.log], dtype=np.float64)
 
     ta, tb = table(run_a), table(run_b)
-    if ta.shape == tb.shape and np.array_equal(ta, tb, equal_nan=True):
+    batches_a, batches_b = ([row.get("batch") for row in r.log] for r in (run_a, run_b))
+    if ta.shape == tb.shape and np.array_equal(ta, tb, equal_nan=True) and batches_a == batches_b:
         return "reproducible"
-    same_code = all(run_a.manifest.get(k) == run_b.manifest.get(k) for k in ("git_sha", "git_diff_sha256"))
-    if not same_code:
-        return "code_change"
-    if ta[0, 3] != tb[0, 3]:
-        return "seed"                          # the first validation loss comes before any update
+    ma, mb = run_a.manifest, run_b.manifest
     apart = np.argwhere(~((ta == tb) | (np.isnan(ta) & np.isnan(tb))))
-    row, col = apart[0]
-    x = np.float32(ta[row, col])
-    ulps = abs(float(ta[row, col]) - float(tb[row, col])) / float(np.spacing(x))
-    return "nondeterministic" if ulps <= 64 else "data_order"
+    ulps = np.inf
+    if len(apart):
+        row, col = apart[0]
+        ulps = abs(ta[row, col] - tb[row, col]) / float(np.spacing(np.float32(ta[row, col])))
+    possible = {"seed", "data_order", "code_change", "nondeterministic"}
+    if ma["deterministic"] or mb["deterministic"]:
+        possible.discard("nondeterministic")           # deterministic algorithms: no racing reduction
+    if ulps <= 64:
+        possible &= {"nondeterministic", "code_change"}   # only rounding moved: no other weights, data or masks
+    else:
+        possible.discard("nondeterministic")
+    if (ma["git_sha"], ma["git_diff_sha256"]) == (mb["git_sha"], mb["git_diff_sha256"]):
+        possible.discard("code_change")
+    if "nondeterministic" in possible:
+        return "nondeterministic"                    # an edit is never needed to explain what a race explains
+    if "code_change" in possible:
+        return "code_change"
+    start = ta[0, 3], tb[0, 3]
+    seeds = ma["config"].get("seed"), mb["config"].get("seed")
+    if seeds[0] != seeds[1] or abs(start[0] - start[1]) > 64 * float(np.spacing(np.float32(start[0]))):
+        return "seed"
+    return "data_order" if batches_a != batches_b else "seed"
 ''',
     "answers": '''
 q1_tokens_per_s = 4096 * 10 / 4
