@@ -1,14 +1,17 @@
 """Instructor side of lab 3's guard exercise: the grader's unstable runs, which students never see.
 
 They are runs of the same kinds as ``trainkit.unstable_runs.VISIBLE_SPECS`` (the same three tasks, both optimizers,
-spikes, NaN and infinite inputs, no fault before step 20) with other seeds, data splits, widths, learning rates,
-spike sizes and counts, and natural gradient norms that reach past the visible ones' range (from about 3e-4 to 5e3):
-a guard tuned to the visible runs' numbers misses some of them, one that measures each run's own norms does not.
+spikes huge and mild, stretches of bad minibatches, heavy-tailed healthy norms, norms drifting within a run, NaN and
+infinite inputs, no fault before step 20) with other seeds, data splits, widths, learning rates, spike sizes, counts
+and stretch lengths, drift rates (30x up, 100x down) and noise levels, and natural gradient norms that reach past the
+visible ones' range (from about 3e-4 to 5e3): a guard tuned to the visible runs' numbers, or one rule applied without
+looking at the runs (skip above 10x a running median, never clip), misses some of them.
 Instructor-only (not in the student edition), like ``setups_check``.
 
-Nothing here is stored: a run costs 0.1 to 0.4 s on one core, so the hidden test cell trains each one's clean run
+Nothing here is stored: a run costs 0.1 to 0.5 s on one core, so the hidden test cell trains each one's clean run
 (``reference_run``) next to the student's, on the grader's CPU. tests/test_unstable_runs.py checks that the reference
-guard passes each of them with a margin, and that the hasty guard and fixed thresholds fail some.
+guard passes each of them with a margin, and that the first reading, the hasty median rule and fixed thresholds fail
+some.
 """
 from __future__ import annotations
 

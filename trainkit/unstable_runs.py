@@ -38,8 +38,9 @@ gradient norm before the guard (for plots).
 ``reference_run(spec)`` is the clean run: the same run with exactly its planted bad minibatches skipped. ``judge``
 compares a guarded run with it, the way lab 3 grades: the run must end with finite parameters, skip at most
 ``MAX_SKIPPED`` of its steps, and end within ``LOSS_TOLERANCE`` of the gap between the fresh model's validation loss
-and the clean run's. ``natural_norm(spec)`` is the median gradient norm of the run's first 20 steps; ``norm_summary(run)`` describes a run's
-norms in one line (their drift, their tail, how large the bad minibatches' are).
+and the clean run's. ``natural_norm(spec)`` is the median gradient norm of the run's first 20 steps;
+``norm_summary(run)`` describes a run's norms in one line (their drift, their tail, how large the bad minibatches'
+are).
 
     from trainkit.unstable_runs import VISIBLE_SPECS, judge, run_with_guard
     result = run_with_guard(VISIBLE_SPECS[0], my_guard)
@@ -169,7 +170,8 @@ def fault_steps(spec: RunSpec) -> dict:
     # stretches of `stretch` bad minibatches in a row: their starts drawn from slots that keep them apart
     slots = (spec.steps - spec.first_fault) // spec.stretch
     order = torch.randperm(slots, generator=g).tolist()
-    spike = sorted(spec.first_fault + slot * spec.stretch + k for slot in order[:spec.spikes] for k in range(spec.stretch))
+    spike = sorted(spec.first_fault + slot * spec.stretch + k
+                   for slot in order[:spec.spikes] for k in range(spec.stretch))
     free = sorted(set(range(spec.first_fault, spec.steps)) - set(spike))
     pick = torch.randperm(len(free), generator=g)[:spec.nonfinite].tolist()
     return {"spike": spike, "nonfinite": sorted(free[i] for i in pick)}
