@@ -35,6 +35,7 @@ reference = _make_guard(next(c.source for c in source_nb("03_gradient_clipping")
 alternative = _make_guard(_CATALOGUE.ALTERNATIVE["make_guard"])
 first_reading = _make_guard(_CATALOGUE.VISIBLE_ONLY["make_guard"])
 fixed_thresholds = _make_guard(_CATALOGUE.BUGS["guard_runs_fixed_thresholds"]["make_guard"])
+hasty = _make_guard(_CATALOGUE.BUGS["hasty_median_skip"]["make_guard"])
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +58,15 @@ def test_the_grader_runs_are_others_than_the_visible_ones():
                                                             ("rnn", "adamw")}
         assert all(s.spikes + s.nonfinite > 0 for s in specs)
         assert any(s.nonfinite for s in specs) and any(s.spikes for s in specs)
+        # each kind of trouble a one-size rule mishandles is in the visible runs (a careful student can find it) and,
+        # with other settings, in the grader's
+        assert any(s.weight_spread >= 1.5 for s in specs), "heavy-tailed natural norms"
+        assert any(s.spikes >= 30 and s.spike_factor <= 12 for s in specs), "many mildly bad minibatches"
+        assert any(s.stretch > 1 and s.spikes * s.stretch > ur.MAX_SKIPPED * s.steps for s in specs), "long stretches"
+        assert any(s.scale_drift < 0.1 for s in specs) and any(s.scale_drift > 10 for s in specs), "drifting norms"
+    for kind, plain in (("weight_spread", 0.0), ("stretch", 1), ("scale_drift", 1.0)):
+        values = lambda specs: {getattr(s, kind) for s in specs} - {plain}  # noqa: E731
+        assert values(HIDDEN) - values(VISIBLE), f"the grader's runs vary the settings of {kind}"
 
 
 def test_natural_gradient_norms_differ_so_much_that_no_fixed_threshold_fits():
@@ -75,7 +85,7 @@ def test_the_planted_faults_are_real(clean):
     for spec in VISIBLE + HIDDEN:
         run = clean[spec]
         assert run.finished and run.final_val_loss < 0.6 * run.start_val_loss, spec.name
-        assert run.skipped == spec.spikes + spec.nonfinite
+        assert run.skipped == spec.spikes * spec.stretch + spec.nonfinite
         assert min(run.fault_steps["spike"] + run.fault_steps["nonfinite"]) >= spec.first_fault >= 20
 
 
@@ -91,8 +101,9 @@ def test_honest_guards_pass_every_run_with_a_margin(name, make_guard, clean):
         assert run.skipped <= 0.7 * ur.MAX_SKIPPED * spec.steps, (spec.name, run.skipped)
 
 
-def test_the_first_reading_and_fixed_thresholds_fail_visible_and_hidden_runs(clean):
-    for make_guard, most_visible in ((first_reading, 0.5), (fixed_thresholds, 0.8)):
+def test_the_first_reading_the_hasty_rule_and_fixed_thresholds_fail_visible_and_hidden_runs(clean):
+    """The hasty rule (skip above 10 x the running median, never clip) passes simple runs, so only some fail."""
+    for make_guard, most_visible in ((first_reading, 0.5), (fixed_thresholds, 0.8), (hasty, 0.7)):
         for specs, most in ((VISIBLE, most_visible), (HIDDEN, 0.8)):
             verdicts = _verdicts(make_guard, specs, clean)
             print(verdicts)
@@ -109,6 +120,12 @@ def test_bad_specs_and_bad_guards_are_refused_with_a_reason():
     ur.RunSpec("x", first_fault=20, spikes=1)
     with pytest.raises(ValueError, match="must be > 0"):
         ur.RunSpec("x", loss_scale=0.0)
+    with pytest.raises(ValueError, match="must be > 0"):
+        ur.RunSpec("x", scale_drift=0.0)
+    with pytest.raises(ValueError, match="stretch must be at least 1"):
+        ur.RunSpec("x", stretch=0)
+    with pytest.raises(ValueError, match="faults must fit"):
+        ur.RunSpec("x", steps=100, spikes=9, stretch=10)
     short = dataclasses.replace(VISIBLE[0], steps=25, spikes=1, nonfinite=0)
     with pytest.raises(TypeError, match="Python bool"):
         ur.run_with_guard(short, lambda parameters, loss: torch.tensor(True))

@@ -12,7 +12,19 @@ optimizer (SGD with momentum 0.9, or AdamW) and learning rate, and what goes wro
 - ``nonfinite``: that many minibatches with a NaN or an infinite entry in their inputs (an infinite input can give a
   finite loss and non-finite gradients).
 
-No planted fault comes before step ``first_fault`` (at least 20): the first 20 steps of every run are clean.
+- ``stretch``: the bad minibatches come in stretches of that many in a row (``spikes`` is then the number of
+  stretches): a bad shard read from start to end;
+- ``scale_drift``: the loss scale changes by this factor over the run, smoothly (a loss scale that grows, a loss weight
+  that is annealed); with SGD the learning rate follows it, so the run trains the same but its healthy gradient norms
+  drift by that factor, on top of the drift that comes from the loss falling;
+- ``weight_spread``: each minibatch's loss is weighted by ``exp(weight_spread * z)``, z standard normal (a summed loss
+  over minibatches of very different sizes or lengths): healthy gradient norms are heavy-tailed, and at 1.5 or more a
+  tenth of healthy steps lies ten times or more above the typical one. These steps are not faults: the clean run
+  takes them.
+
+Spike factors range from mild (a few times the healthy input or target, so the gradient is only a few times the
+typical one, yet many such minibatches unsettle the run) to huge. No planted fault comes before step
+``first_fault`` (at least 20): the first 20 steps of every run are clean.
 
 ``run_with_guard(spec, guard)`` trains the run and calls ``guard(parameters, loss)`` after every ``backward()`` and
 before the optimizer step: ``parameters`` is the list of the model's parameters (their ``.grad`` holds this step's
@@ -26,7 +38,9 @@ gradient norm before the guard (for plots).
 ``reference_run(spec)`` is the clean run: the same run with exactly its planted bad minibatches skipped. ``judge``
 compares a guarded run with it, the way lab 3 grades: the run must end with finite parameters, skip at most
 ``MAX_SKIPPED`` of its steps, and end within ``LOSS_TOLERANCE`` of the gap between the fresh model's validation loss
-and the clean run's. ``natural_norm(spec)`` is the median gradient norm of the run's first 20 steps.
+and the clean run's. ``natural_norm(spec)`` is the median gradient norm of the run's first 20 steps;
+``norm_summary(run)`` describes a run's norms in one line (their drift, their tail, how large the bad minibatches'
+are).
 
     from trainkit.unstable_runs import VISIBLE_SPECS, judge, run_with_guard
     result = run_with_guard(VISIBLE_SPECS[0], my_guard)
@@ -73,15 +87,20 @@ class RunSpec:
     spike_factor: float = 100.0
     nonfinite: int = 0
     first_fault: int = 20
+    stretch: int = 1
+    scale_drift: float = 1.0
+    weight_spread: float = 0.0
 
     def __post_init__(self):
         if self.task not in TASKS:
             raise ValueError(f"{self.name}: task must be one of {TASKS}, got {self.task!r}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"{self.name}: optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
-        if not (self.lr > 0 and self.loss_scale > 0 and self.spike_factor > 0):
-            raise ValueError(f"{self.name}: lr, loss_scale and spike_factor must be > 0")
-        if self.first_fault < 20 or self.steps <= self.first_fault + self.spikes + self.nonfinite:
+        if not (self.lr > 0 and self.loss_scale > 0 and self.spike_factor > 0 and self.scale_drift > 0):
+            raise ValueError(f"{self.name}: lr, loss_scale, spike_factor and scale_drift must be > 0")
+        if self.stretch < 1 or self.weight_spread < 0:
+            raise ValueError(f"{self.name}: stretch must be at least 1 and weight_spread at least 0")
+        if self.first_fault < 20 or self.steps <= self.first_fault + self.spikes * self.stretch + self.nonfinite:
             raise ValueError(f"{self.name}: first_fault must be at least 20, and the faults must fit after it")
 
 
@@ -144,8 +163,18 @@ def _loss(spec: RunSpec) -> Callable:
 def fault_steps(spec: RunSpec) -> dict:
     """{"spike": steps, "nonfinite": steps}: where the planted bad minibatches are (drawn from the run's seed)."""
     g = torch.Generator().manual_seed(10_000 + spec.seed)
-    steps = (spec.first_fault + torch.randperm(spec.steps - spec.first_fault, generator=g)).tolist()
-    return {"spike": sorted(steps[:spec.spikes]), "nonfinite": sorted(steps[spec.spikes:spec.spikes + spec.nonfinite])}
+    if spec.stretch == 1:
+        steps = (spec.first_fault + torch.randperm(spec.steps - spec.first_fault, generator=g)).tolist()
+        return {"spike": sorted(steps[:spec.spikes]),
+                "nonfinite": sorted(steps[spec.spikes:spec.spikes + spec.nonfinite])}
+    # stretches of `stretch` bad minibatches in a row: their starts drawn from slots that keep them apart
+    slots = (spec.steps - spec.first_fault) // spec.stretch
+    order = torch.randperm(slots, generator=g).tolist()
+    spike = sorted(spec.first_fault + slot * spec.stretch + k
+                   for slot in order[:spec.spikes] for k in range(spec.stretch))
+    free = sorted(set(range(spec.first_fault, spec.steps)) - set(spike))
+    pick = torch.randperm(len(free), generator=g)[:spec.nonfinite].tolist()
+    return {"spike": spike, "nonfinite": sorted(free[i] for i in pick)}
 
 
 def _val_loss(model: nn.Module, spec: RunSpec, x, y) -> float:
@@ -165,9 +194,10 @@ def run_with_guard(spec: RunSpec, guard: Callable[[list, float], bool] | None = 
     torch.manual_seed(spec.seed)
     model = _model(spec)
     params = list(model.parameters())
-    lr = spec.lr / spec.loss_scale if spec.optimizer == "sgd" else spec.lr
-    opt = (torch.optim.SGD(params, lr=lr, momentum=0.9) if spec.optimizer == "sgd"
-           else torch.optim.AdamW(params, lr=lr, weight_decay=0.0))
+    opt = (torch.optim.SGD(params, lr=spec.lr, momentum=0.9) if spec.optimizer == "sgd"
+           else torch.optim.AdamW(params, lr=spec.lr, weight_decay=0.0))
+    weights = torch.exp(spec.weight_spread * torch.randn(spec.steps, generator=torch.Generator().manual_seed(
+        30_000 + spec.seed))).tolist()
     faults = fault_steps(spec)
     spikes, nonfinite = set(faults["spike"]), set(faults["nonfinite"])
     g = torch.Generator().manual_seed(20_000 + spec.seed)
@@ -185,7 +215,10 @@ def run_with_guard(spec: RunSpec, guard: Callable[[list, float], bool] | None = 
             x = x.clone()
             x.view(-1)[7] = math.nan if step % 2 else math.inf
         opt.zero_grad(set_to_none=True)
-        loss = spec.loss_scale * loss_fn(model(x), y)
+        scale = spec.loss_scale * spec.scale_drift ** (step / spec.steps)
+        if spec.optimizer == "sgd":
+            opt.param_groups[0]["lr"] = spec.lr / scale
+        loss = scale * weights[step] * loss_fn(model(x), y)
         loss.backward()
         grads = [p.grad for p in params if p.grad is not None]
         run.grad_norm.append(float(torch.nn.utils.get_total_norm(grads)))
@@ -226,6 +259,35 @@ def natural_norm(spec: RunSpec) -> float:
     return statistics.median(run_with_guard(short).grad_norm[:20])
 
 
+def norm_summary(run: GuardedRun) -> str:
+    """One line on a run's gradient norms (before the guard): the healthy norm at the start and at the end (the
+    median of the first and of the last 20 healthy steps), how many healthy steps lie 10x or more above the median of
+    the 20 healthy steps before them, and how large the bad minibatches' norms are against that median (the median
+    ratio and the smallest), with the longest stretch of bad minibatches in a row."""
+    bad = {s for steps in run.fault_steps.values() for s in steps}
+    healthy = [(t, n) for t, n in enumerate(run.grad_norm) if t not in bad and math.isfinite(n)]
+    norms = [n for _, n in healthy]
+    if len(norms) < 21:
+        return "too few healthy steps to summarise"
+    index = {t: i for i, (t, _) in enumerate(healthy)}
+
+    def before(t: int) -> float:                 # the median of the 20 healthy norms before step t
+        i = index[t] if t in index else sum(1 for u, _ in healthy if u < t)
+        return statistics.median(norms[max(0, i - 20):i]) if i >= 5 else math.nan
+    tail = sum(1 for t, n in healthy[20:] if n >= 10 * before(t))
+    ratios = sorted(run.grad_norm[t] / before(t) for t in run.fault_steps.get("spike", []) if before(t) > 0)
+    longest, length, last = 0, 0, -2
+    for t in sorted(run.fault_steps.get("spike", [])):
+        length = length + 1 if t == last + 1 else 1
+        longest, last = max(longest, length), t
+    text = (f"healthy norm {statistics.median(norms[:20]):.2g} at the start, {statistics.median(norms[-20:]):.2g} "
+            f"at the end; {tail} healthy steps >= 10x their recent median")
+    if ratios:
+        text += (f"; {len(ratios)} bad minibatches at {statistics.median(ratios):.3g}x the recent median "
+                 f"(smallest {ratios[0]:.3g}x), at most {longest} in a row")
+    return text
+
+
 def judge(spec: RunSpec, run: GuardedRun, reference: GuardedRun | None = None) -> str:
     """'' when ``run`` (a guarded run of ``spec``) passes, else why not: it must end with finite parameters, skip at
     most MAX_SKIPPED of its steps, and end at a validation loss at most LOSS_TOLERANCE of the clean run's gap (the fresh
@@ -246,26 +308,28 @@ def judge(spec: RunSpec, run: GuardedRun, reference: GuardedRun | None = None) -
 
 
 # The visible runs: every task, both optimizers, natural gradient norms from about 1e-3 to 1e3, spikes of several
-# sizes, NaN and infinite inputs, a fault as early as step 20. (The grader's runs are others of the same kinds.)
+# sizes (many mild ones in two runs), stretches of bad minibatches, heavy-tailed healthy norms, norms that drift 30x
+# down or 100x up, NaN and infinite inputs, a fault as early as step 20. (The grader's runs are others of the same
+# kinds, with other settings.)
 VISIBLE_SPECS = (
     RunSpec("regression, SGD, a few bad minibatches", task="regression", optimizer="sgd", lr=0.05, spikes=6,
             nonfinite=2, seed=1),
     RunSpec("regression, SGD, summed loss (x1000)", task="regression", optimizer="sgd", lr=0.05, loss_scale=1000,
             spikes=5, nonfinite=2, seed=2),
-    RunSpec("regression, AdamW, loss in small units (x0.001)", task="regression", optimizer="adamw", lr=3e-3,
-            loss_scale=1e-3, spikes=6, nonfinite=2, seed=3),
+    RunSpec("regression, AdamW, x0.001, minibatch weights vary a lot", task="regression", optimizer="adamw", lr=3e-3,
+            loss_scale=1e-3, weight_spread=1.8, spikes=3, nonfinite=1, seed=43),
     RunSpec("digits, AdamW, raw-pixel minibatches", task="digits", optimizer="adamw", lr=3e-3, spikes=6,
             spike_factor=30, nonfinite=2, seed=4),
-    RunSpec("digits, SGD, loss x30", task="digits", optimizer="sgd", lr=0.05, loss_scale=30, spikes=4,
-            spike_factor=30, nonfinite=1, seed=5),
-    RunSpec("digits, AdamW, loss x0.01", task="digits", optimizer="adamw", lr=3e-3, loss_scale=0.01, spikes=5,
-            spike_factor=50, seed=6),
+    RunSpec("digits, SGD, loss x30, stretches of bad minibatches", task="digits", optimizer="sgd", lr=0.05,
+            loss_scale=30, spikes=4, stretch=10, spike_factor=20, seed=54),
+    RunSpec("digits, SGD, many mildly bad minibatches", task="digits", optimizer="sgd", lr=0.1, spikes=40,
+            spike_factor=8, seed=46),
     RunSpec("rnn, AdamW", task="rnn", optimizer="adamw", lr=3e-3, spikes=4, spike_factor=20, nonfinite=2, seed=7,
             steps=150),
-    RunSpec("rnn, AdamW, loss x100", task="rnn", optimizer="adamw", lr=3e-3, loss_scale=100, spikes=4,
-            spike_factor=20, nonfinite=1, seed=8, steps=150),
-    RunSpec("regression, SGD, loss x10, many spikes", task="regression", optimizer="sgd", lr=0.05, loss_scale=10,
-            spikes=10, seed=9),
+    RunSpec("digits, SGD, loss x30 falling 30x, mildly bad minibatches", task="digits", optimizer="sgd", lr=0.1,
+            loss_scale=30, scale_drift=1 / 30, spikes=35, spike_factor=8, nonfinite=1, seed=52),
+    RunSpec("regression, SGD, loss x10 growing 100x, many spikes", task="regression", optimizer="sgd", lr=0.05,
+            loss_scale=10, scale_drift=100, spikes=10, seed=9),
     RunSpec("digits, SGD, loss x300, non-finite inputs only", task="digits", optimizer="sgd", lr=0.05,
             loss_scale=300, nonfinite=4, seed=10),
 )

@@ -90,20 +90,28 @@ def accumulation_step(model, optimizer, micro_batches, loss_fn, max_norm):
 # now fail a visible test of its exercise, with a message that says what to fix.
 GUARD_RUNS_OK = '''
 def make_guard():
-    history = deque(maxlen=50)
+    history = deque(maxlen=20)               # the last 20 norms taken, as clipped: short, so it follows a drift
+    count = {"calls": 0, "skipped": 0}
 
-    def guard(parameters, loss):
+    def guard(parameters, loss: float) -> bool:
+        count["calls"] += 1
         grads = [p.grad for p in parameters if p.grad is not None]
-        norm = float(torch.nn.utils.get_total_norm(grads))
+        norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
         if not (math.isfinite(loss) and math.isfinite(norm)):
+            count["skipped"] += 1
+            return False                     # a NaN or inf anywhere would poison the weights (and AdamW's moments)
+        if len(history) < 10:                # no fault comes this early: learn the run's scale first
+            history.append(norm)
+            return True
+        typical = statistics.median(history)
+        if norm > 10 * typical and count["skipped"] < 0.06 * count["calls"]:
+            count["skipped"] += 1            # a spike, and the skip budget allows it: leave that minibatch out
             return False
-        if len(history) >= 10:
-            typical = statistics.median(history)
-            if norm > 10 * typical:
-                return False
-            if norm > 3 * typical:
-                torch.nn.utils.clip_grad_norm_(parameters, 3 * typical)
-        history.append(norm)
+        if norm > 1.5 * typical:             # anything unusual (noise, a mild or unskippable bad batch): clip it
+            with torch.no_grad():
+                for g in grads:
+                    g.mul_(1.5 * typical / norm)
+        history.append(min(norm, 1.5 * typical))   # clipped, so a stretch of bad batches cannot drag the median up
         return True
     return guard
 '''
@@ -117,6 +125,30 @@ def make_guard():
         if not math.isfinite(loss):
             return False
         torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+        return True
+    return guard
+'''
+
+
+# The hasty answer (a trial student, three minutes, no lesson read): skip above 10 x the running median, never clip.
+# It skips healthy steps where minibatch norms are heavy-tailed, lets mildly bad minibatches through unclipped, and
+# cannot skip a long stretch of bad minibatches within the budget.
+GUARD_RUNS_HASTY = '''
+def make_guard():
+    history = deque(maxlen=50)
+
+    def guard(parameters, loss):
+        if not math.isfinite(loss):
+            return False
+        grads = [p.grad for p in parameters if p.grad is not None]
+        if not grads:
+            return True
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item()
+        if not math.isfinite(norm):
+            return False
+        if len(history) >= 20 and norm > 10 * statistics.median(history):
+            return False
+        history.append(norm)
         return True
     return guard
 '''
@@ -429,20 +461,23 @@ def accumulation_step(model, optimizer, micro_batches, loss_fn, max_norm):
     # --- exercise 5: make_guard (graded by the runs; each loses bands of its own exercise only)
     "guard_runs_first_reading": {"make_guard": GUARD_RUNS_FIRST_READING},
     # thresholds tuned by eye on one run: right where the natural norm is near 1, wrong a thousand times above or below
-    "guard_runs_fixed_thresholds": {"make_guard": _swap(_swap(_swap(GUARD_RUNS_OK, "        if len(history) >= 10:\n            typical = statistics.median(history)\n",
-                                                               "        if True:\n            typical = 1.0\n"),
-                                                         "norm > 10 * typical", "norm > 30.0"), "norm > 3 * typical", "norm > 3.0")},
-    # a warm-up of 30 steps: faults come from step 20 on, and an early spike goes straight into the weights
-    "guard_runs_long_warmup": {"make_guard": _swap(GUARD_RUNS_OK, "len(history) >= 10", "len(history) >= 30")},
+    "hasty_median_skip": {"make_guard": GUARD_RUNS_HASTY},
+    # thresholds tuned by eye on one run: right where the natural norm is near 1, wrong a thousand times above or below
+    "guard_runs_fixed_thresholds": {"make_guard": _swap(GUARD_RUNS_OK, "        typical = statistics.median(history)\n",
+                                                        "        typical = 1.0\n")},
     # only the loss checked: an infinite input can give a finite loss and NaN gradients, which then get stepped
-    "guard_runs_checks_only_the_loss": {"make_guard": _swap(_swap(GUARD_RUNS_OK, "if not (math.isfinite(loss) and math.isfinite(norm)):",
-                                                                  "if not math.isfinite(loss):"),
-                                                            "        if len(history) >= 10:", "        if len(history) >= 10 and math.isfinite(norm):")},
-    # every norm twice the typical one skipped: ordinary minibatch noise, and the run skips far more than 10 % of steps
-    "guard_runs_skips_too_eagerly": {"make_guard": _swap(GUARD_RUNS_OK, "norm > 10 * typical", "norm > 2 * typical")},
+    "guard_runs_checks_only_the_loss": {"make_guard": _swap(GUARD_RUNS_OK, "if not (math.isfinite(loss) and math.isfinite(norm)):",
+                                                            "if not math.isfinite(loss):")},
+    # every norm twice the typical one skipped, with no budget: ordinary noise, and the run skips far too many steps
+    "guard_runs_skips_too_eagerly": {"make_guard": _swap(GUARD_RUNS_OK,
+        'norm > 10 * typical and count["skipped"] < 0.06 * count["calls"]', "norm > 2 * typical")},
+    # skips every spike with no budget and never clips: a long stretch of bad minibatches, or many mild ones, sink it
+    "guard_runs_skips_never_clips": {"make_guard": _swap(GUARD_RUNS_OK,
+        'norm > 10 * typical and count["skipped"] < 0.06 * count["calls"]', "norm > 3 * typical").replace(
+        "        if norm > 1.5 * typical:", "        if False:")},
     # the verdict as a 0-dim tensor: the runs refuse it (the spec asks for a Python bool)
-    "guard_runs_returns_a_tensor": {"make_guard": _swap(GUARD_RUNS_OK, "        history.append(norm)\n        return True",
-                                                        "        history.append(norm)\n        return torch.tensor(True)")},
+    "guard_runs_returns_a_tensor": {"make_guard": _swap(GUARD_RUNS_OK, "1.5 * typical))   # clipped, so a stretch of bad batches cannot drag the median up\n        return True",
+                                                        "1.5 * typical))\n        return torch.tensor(True)")},
     # --- exercise 6: self-check answers
     "answer_q1_l2_instead_of_inf": {"answers": '''
 q1_inf_norm = 13.0
@@ -558,18 +593,27 @@ def accumulation_step(model, optimizer, micro_batches, loss_fn, max_norm):
     optimizer.step()
     return float(running), pre_clip.item()
 ''',
-    # a z-score on the log of the norm against its exponential moving mean and variance; skips, never clips
+    # the log of the norm against its exponential moving mean and spread: clip above mean + spread, skip far above
+    # it within a budget of 6 % of the steps so far
     "make_guard": '''
 def make_guard():
-    state = {"n": 0, "mean": 0.0, "var": 0.0}
+    state = {"n": 0, "mean": 0.0, "var": 0.0, "calls": 0, "skipped": 0}
 
     def guard(parameters, loss):
+        state["calls"] += 1
         norm = math.sqrt(sum(float(p.grad.double().pow(2).sum()) for p in parameters if p.grad is not None))
         if not (math.isfinite(loss) and math.isfinite(norm)) or norm == 0.0:
+            state["skipped"] += 1
             return False
         log_norm = math.log(norm)
-        if state["n"] >= 10 and log_norm > state["mean"] + 4 * math.sqrt(max(state["var"], 1e-4)) + 1.0:
-            return False
+        if state["n"] >= 10:
+            if log_norm > state["mean"] + 2.3 and state["skipped"] < 0.06 * state["calls"]:
+                state["skipped"] += 1
+                return False
+            cap = state["mean"] + min(math.sqrt(state["var"]), 0.4) + 0.2
+            if log_norm > cap:
+                torch.nn.utils.clip_grad_norm_(parameters, math.exp(cap))
+                log_norm = cap
         state["n"] += 1
         if state["n"] == 1:
             state["mean"] = log_norm
