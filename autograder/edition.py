@@ -32,7 +32,7 @@ TEMPLATES = ROOT / "edition"
 MARKER = ".student-edition"
 # autograder modules that only the instructor side may have (grading, sandbox, tamper guard, tooling).
 INSTRUCTOR_ONLY = {"grade", "sandbox", "guard", "preprocessors", "release", "edition", "notebooks", "jupyterhub",
-                   "cellflow", "prefix_worker", "runbank_check", "challenge_check", "setups_check"}
+                   "cellflow", "prefix_worker", "runbank_check", "challenge_check", "setups_check", "init_check"}
 # Text that must never reach a student: nbgrader's markers around reference answers and hidden tests.
 FORBIDDEN = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 

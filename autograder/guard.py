@@ -31,7 +31,7 @@ MODULES = (
     "trainkit.gpt", "trainkit.corpus", "trainkit.runlog", "trainkit.train", "trainkit.train_config",
     "trainkit.checkpoint", "trainkit.digits", "trainkit.runbank", "trainkit.broken_runs", "autograder.runbank_check",
     "trainkit.broken_setups", "autograder.setups_check",
-    "trainkit.challenge", "autograder.challenge_check",
+    "trainkit.challenge", "autograder.challenge_check", "trainkit.init_nets", "autograder.init_check",
 )
 # Classes whose methods a submission could patch to make comparisons pass.
 CLASSES = (
@@ -40,7 +40,7 @@ CLASSES = (
     ("torch.optim.lr_scheduler", "LRScheduler"), ("torch.optim.lr_scheduler", "LambdaLR"),
     ("torch.amp", "GradScaler"), ("lion_pytorch", "Lion"), ("numpy", "ndarray"),
     ("trainkit.train", "Trainer"), ("trainkit.train", "TrainConfig"), ("trainkit.runlog", "RunLogger"),
-    ("trainkit.gpt", "GPT"), ("trainkit.corpus", "TokenData"),
+    ("trainkit.gpt", "GPT"), ("trainkit.corpus", "TokenData"), ("trainkit.init_nets", "Residual"),
     ("IPython.core.interactiveshell", "InteractiveShell"), ("ipykernel.zmqshell", "ZMQInteractiveShell"),
 )
 # Builtins that ipykernel itself replaces for every request (stdin forwarding).
