@@ -42,7 +42,8 @@ def test_the_spec_states_the_bands_and_the_run():
     spec = next(c.source for c in source_nb(LAB).cells if c.source.startswith("## Exercise 7: initialise"))
     for lo, hi in (inn.FORWARD_BAND, inn.BACKWARD_BAND):
         assert f"[{lo:g}, {hi:g}]" in spec
-    assert f"{inn.RUN_STEPS} AdamW steps (lr {inn.RUN_LR:.0e}, batches of {inn.RUN_BATCH})".replace("e-03", "e-3") in spec
+    lr = f"{inn.RUN_LR:.0e}".replace("e-0", "e-")
+    assert f"{inn.RUN_STEPS} AdamW steps (lr {lr}) on one batch of {inn.RUN_BATCH} training examples" in spec
     assert f"{inn.RUN_TARGET:g} x log 10 = {inn.RUN_TARGET * math.log(10):.2f}" in spec
     assert f"the {len(VISIBLE_NETS)} visible networks" in spec and f"grader's {len(HIDDEN_NETS)} unseen" in spec
 

@@ -18,8 +18,8 @@ What is judged (``judge``): after ``initialise(model, x)`` on a batch ``x`` of t
    inputs lies within ``FORWARD_BAND``;
 2. the backward signal: a random gradient of RMS 1 put on the last hidden representation and propagated back to the
    others; the RMS of the gradient at every hidden representation lies within ``BACKWARD_BAND``;
-3. a short run: ``RUN_STEPS`` AdamW steps (lr ``RUN_LR``, batches of ``RUN_BATCH``) from that initialisation bring the
-   validation loss to at most ``RUN_TARGET`` times the chance loss log 10;
+3. a short run: ``RUN_STEPS`` AdamW steps (lr ``RUN_LR``) on one batch of ``RUN_BATCH`` training examples from that
+   initialisation bring the loss on that batch to at most ``RUN_TARGET`` times the chance loss log 10;
 and ``initialise`` changed parameter values only (the same modules, the same Parameter objects, no hooks).
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from trainkit.digits import NUM_CLASSES, NUM_FEATURES, chance_loss, load_digits_split, train_run
+from trainkit.digits import NUM_CLASSES, NUM_FEATURES, DigitsSplit, chance_loss, load_digits_split, train_run
 
 ACTIVATIONS: dict[str, Callable[[float], nn.Module]] = {
     "relu": lambda slope: nn.ReLU(),
@@ -46,7 +46,7 @@ ACTIVATIONS: dict[str, Callable[[float], nn.Module]] = {
 KINDS = ("plain", "residual")
 FORWARD_BAND = (0.2, 5.0)      # RMS of every hidden representation (the inputs have RMS about 1)
 BACKWARD_BAND = (0.1, 10.0)    # RMS of the gradient at every hidden representation, given RMS 1 at the last one
-RUN_STEPS, RUN_LR, RUN_BATCH, RUN_TARGET = 30, 1e-3, 64, 0.9
+RUN_STEPS, RUN_LR, RUN_BATCH, RUN_TARGET = 10, 2e-3, 128, 0.9
 X_INIT_SIZE, X_PROBE_SIZE = 256, 256
 
 
@@ -159,8 +159,11 @@ def signal_profile(model: nn.Sequential, x: torch.Tensor, seed: int = 0) -> tupl
 
 
 def short_run(model: nn.Module, seed: int = 0) -> tuple[float, float]:
-    """(validation loss before, after) ``RUN_STEPS`` AdamW steps on the digits (``trainkit.digits.train_run``)."""
-    run = train_run(model, _digits(), RUN_STEPS, RUN_LR, batch_size=RUN_BATCH, eval_every=RUN_STEPS, seed=seed)
+    """(loss before, loss after) ``RUN_STEPS`` AdamW steps (lr ``RUN_LR``) on one fixed batch of ``RUN_BATCH`` training
+    examples drawn with ``seed`` (``trainkit.digits.train_run``, every step on the whole batch)."""
+    x, y = _examples(seed + 1000, RUN_BATCH)
+    batch = DigitsSplit(x, y, x, y, _digits().mean, _digits().std)
+    run = train_run(model, batch, RUN_STEPS, RUN_LR, batch_size=RUN_BATCH, eval_every=RUN_STEPS, seed=seed)
     return run.val_loss[0], run.val_loss[-1]
 
 
@@ -173,10 +176,15 @@ def _digits():
     return _DATA["split"]
 
 
+def _examples(seed: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    split = _digits()
+    pick = torch.randperm(len(split.y_train), generator=torch.Generator().manual_seed(seed))[:n]
+    return split.x_train[pick].clone(), split.y_train[pick].clone()
+
+
 def inputs(seed: int, n: int = X_INIT_SIZE) -> torch.Tensor:
     """``n`` training inputs of the digits, drawn without replacement with ``seed``."""
-    x = _digits().x_train
-    return x[torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))[:n]].clone()
+    return _examples(seed, n)[0]
 
 
 def _tampered(model: nn.Module, before: list[tuple[str, nn.Module]], params: list[nn.Parameter]) -> str:
