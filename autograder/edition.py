@@ -34,7 +34,8 @@ MARKER = ".student-edition"
 INSTRUCTOR_ONLY = {"grade", "sandbox", "guard", "preprocessors", "release", "edition", "notebooks", "jupyterhub",
                    "cellflow", "prefix_worker", "runbank_check", "challenge_check", "setups_check",
                    # the hidden variants of the judgement exercises, one module per lab
-                   "unstable_check", "repro_check", "fp16_check", "schedule_check", "tuning_check"}
+                   "unstable_check", "repro_check", "fp16_check", "schedule_check", "tuning_check",
+                   "init_check"}
 # Text that must never reach a student: nbgrader's markers around reference answers and hidden tests.
 FORBIDDEN = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 

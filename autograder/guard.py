@@ -38,6 +38,7 @@ MODULES = (
     "trainkit.fp16_runs", "autograder.fp16_check",
     "trainkit.tuning", "autograder.tuning_check",
     "trainkit.schedule_task", "autograder.schedule_check",
+    "trainkit.init_nets", "autograder.init_check",
 )
 # Classes whose methods a submission could patch to make comparisons pass.
 CLASSES = (
@@ -46,7 +47,7 @@ CLASSES = (
     ("torch.optim.lr_scheduler", "LRScheduler"), ("torch.optim.lr_scheduler", "LambdaLR"),
     ("torch.amp", "GradScaler"), ("lion_pytorch", "Lion"), ("numpy", "ndarray"),
     ("trainkit.train", "Trainer"), ("trainkit.train", "TrainConfig"), ("trainkit.runlog", "RunLogger"),
-    ("trainkit.gpt", "GPT"), ("trainkit.corpus", "TokenData"),
+    ("trainkit.gpt", "GPT"), ("trainkit.corpus", "TokenData"), ("trainkit.init_nets", "Residual"),
     ("IPython.core.interactiveshell", "InteractiveShell"), ("ipykernel.zmqshell", "ZMQInteractiveShell"),
 )
 # Builtins that ipykernel itself replaces for every request (stdin forwarding).

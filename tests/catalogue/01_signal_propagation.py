@@ -161,6 +161,18 @@ def init_gpt_(model, std=0.02, zero_head=False):
                 module.bias.zero_()
     return model
 ''',
+
+    # exercise 7, the first answer from one reading of the spec: He initialisation everywhere, biases 0. Right for plain
+    # ReLU nets; a linear net grows by sqrt(2) per layer and every residual block doubles the stream's variance.
+    "initialise": '''
+def initialise(model, x):
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+                if m.bias is not None:
+                    m.bias.zero_()
+''',
 }
 
 BUGS = {
@@ -591,7 +603,56 @@ def init_gpt_(model, std=0.02, zero_head=False):
     "gpt_zero_head_ignored": {"init_gpt": swap(GPT_OK, '''        if zero_head:
             model.lm_head.weight.zero_()
 ''', "")},
-    # --- exercise 7: self-check answers
+    # --- exercise 7: initialise (graded on unseen networks)
+    "initialise_visible_tests_only": {"initialise": VISIBLE_ONLY["initialise"]},
+    # a gain per activation, recognised by name from the visible ones (others: gain 1), and the residual branches
+    # scaled: right on every visible network, but an unseen GELU, SiLU, ELU or leaky ReLU plain net fades away
+    "initialise_gain_by_visible_name": {"initialise": '''
+def initialise(model, x):
+    gains = {nn.ReLU: math.sqrt(2.0), nn.Tanh: 5.0 / 3.0, nn.Identity: 1.0}
+    blocks = [m for m in model.modules() if isinstance(m, Residual)]
+    ends = {b.branch[-1] for b in blocks}
+    gain = 1.0
+    with torch.no_grad():
+        for m in model.modules():
+            if type(m) in gains:
+                gain = gains[type(m)]
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                std = gain / math.sqrt(m.in_features)
+                m.weight.normal_(0.0, std / math.sqrt(len(blocks)) if m in ends else std)
+                if m.bias is not None:
+                    m.bias.zero_()
+            elif isinstance(m, nn.LayerNorm):
+                m.weight.fill_(1.0)
+                if m.bias is not None:
+                    m.bias.zero_()
+'''},
+    # Glorot with gain 1 everywhere: a ReLU stack halves its signal's square at every layer
+    "initialise_xavier_everywhere": {"initialise": '''
+def initialise(model, x):
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.xavier_normal_(m.weight)
+                if m.bias is not None:
+                    m.bias.zero_()
+'''},
+    # the right gain from torch's table (unknown activations: ReLU's), but no residual scaling
+    "initialise_gain_without_residual_scaling": {"initialise": '''
+def initialise(model, x):
+    names = {nn.ReLU: "relu", nn.Tanh: "tanh", nn.Identity: "linear", nn.Sigmoid: "sigmoid", nn.LeakyReLU: "leaky_relu"}
+    act = next((m for m in model.modules() if type(m) in names), None)
+    slope = act.negative_slope if isinstance(act, nn.LeakyReLU) else None
+    gain = nn.init.calculate_gain(names[type(act)], slope) if act is not None else math.sqrt(2.0)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                m.weight.normal_(0.0, gain / math.sqrt(m.in_features))
+                if m.bias is not None:
+                    m.bias.zero_()
+'''},
+    # --- exercise 8: self-check answers
     "answer_q1_seed_value": {"answers": '''
 q1_linear_default_std = 0.044
 q2_he_relu_invariant = "b"
@@ -694,6 +755,30 @@ def init_gpt_(model, std=0.02, zero_head=False):
         if zero_head:
             model.lm_head.weight.zero_()
     return model
+''',
+    "initialise": '''
+def initialise(model, x):
+    # Analytic: each Linear from N(0, g^2 / fan_in), g^2 = 1 / E[phi(z)^2] for z ~ N(0, 1) and phi the activation that
+    # feeds it (measured on a Gaussian sample, so any elementwise activation works); every residual branch ends in a
+    # zero Linear (SkipInit: each block starts as the identity), LayerNorms at weight 1, bias 0.
+    z = torch.randn(100_000, generator=torch.Generator().manual_seed(0))
+    feeding = None
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                g = 1.0 if feeding is None else float(feeding(z).pow(2).mean().rsqrt())
+                m.weight.normal_(0.0, g / m.in_features ** 0.5)
+                if m.bias is not None:
+                    m.bias.zero_()
+            elif isinstance(m, nn.LayerNorm):
+                m.weight.fill_(1.0)
+                if m.bias is not None:
+                    m.bias.zero_()
+            elif next(m.children(), None) is None:
+                feeding = m
+        for m in model.modules():
+            if isinstance(m, Residual):
+                m.branch[-1].weight.zero_()
 ''',
     "answers": '''
 q1_linear_default_std = 0.0255
