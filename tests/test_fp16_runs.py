@@ -146,3 +146,53 @@ def test_helpers_refuse_bad_input_with_a_clear_message():
         fr.make_variant(dict(task="images"))
     with pytest.raises(TypeError, match="Recipe or None"):
         fr.train_fp16(fr.make_variant(fr.VISIBLE_SPECS[0]), {"init_scale": 1.0}, 0, steps=1)
+
+
+def _catalogued(source: str):
+    ns = dict(torch=torch, nn=nn, F=F, math=math, Recipe=fr.Recipe, FP32_PARTS=fr.FP32_PARTS, train_fp16=fr.train_fp16)
+    exec(source, ns)
+    return ns["fp16_recipe"]
+
+
+def test_the_budget_counts_every_forward_pass_and_stops_the_one_past_it():
+    variant = fr.make_variant(fr.VISIBLE_SPECS[0])
+    before = fr.passes_spent()
+    with fr.pass_budget() as spend:
+        fr.train_fp16(variant, None, 0, steps=16)
+        assert spend.passes == 17                      # 16 steps and the final validation pass
+        with torch.no_grad():
+            variant.model().set_precision({"loss"})(variant.x_val)
+        assert spend.passes == 18 and fr.passes_spent() == before + 18
+    with pytest.raises(fr.BudgetExceeded, match="past the 20 passes"):
+        with fr.pass_budget(20) as spend:
+            with fr.pass_budget(10**6):                # a scope inside cannot raise the outer limit
+                fr.train_fp16(variant, None, 0, steps=30)
+    assert spend.passes == 21
+    with fr.pass_budget(3) as spend:                   # caught, and raised again on the next pass
+        for _ in range(2):
+            with pytest.raises(fr.BudgetExceeded):
+                fr.train_fp16(variant, None, 0, steps=5)
+    assert spend.passes == 5
+    fr.train_fp16(variant, None, 0, steps=2)           # the scope is closed: no limit outside
+    for bad in [-1, 2.5, True, None, "250"]:
+        with pytest.raises(ValueError, match="limit must be an int"):
+            with fr.pass_budget(bad):
+                pass
+
+
+def test_a_diagnosis_and_short_trials_fit_the_budget_and_a_grid_of_full_runs_does_not():
+    """Measured on all 24 variants: the reference's one-batch diagnosis spends 2 to 5 passes, the trial-run
+    alternative 68; the brute-force grid (the fp32 run and 24 full fp16 runs, 1525 passes) is stopped at pass 251."""
+    catalogue = load_catalogue("05_mixed_precision")
+    assert fr.PASS_BUDGET == 250
+    for spec in [fr.VISIBLE_SPECS[5], fp16_check.UNSEEN_SPECS[12]]:
+        variant = fr.make_variant(spec)
+        for source, most in [(catalogue.RECIPE_OK, 10), (catalogue.ALTERNATIVE["fp16_recipe"], fr.PASS_BUDGET // 3)]:
+            with fr.pass_budget() as spend:
+                _catalogued(source)(variant)
+            assert 1 <= spend.passes <= most, f"{spec}: spent {spend.passes}"
+    brute = _catalogued(catalogue.BUGS["brute_force_grid"]["fp16_recipe"])
+    with pytest.raises(fr.BudgetExceeded, match="250 per variant"):
+        with fr.pass_budget() as spend:
+            brute(fr.make_variant(fr.VISIBLE_SPECS[0]))
+    assert spend.passes == fr.PASS_BUDGET + 1

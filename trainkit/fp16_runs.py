@@ -27,15 +27,28 @@ scale; ``init_scale=1`` with both factors 1 gives no scaling at all.
 The loop is faithful where it matters here: every value that fp16 would store (activations, the loss, the
 gradients flowing backward) is a real ``torch.float16`` tensor. It runs on the CPU (fp16 matmuls are slower there than fp32, so the models are tiny).
 
+**The budget.** Every forward pass of a ``Net`` (any precision, with or without gradients, any batch) counts one
+*pass*: a training step of ``train_fp16`` is one pass and its final validation pass one more, so a full run of a
+60-step variant costs 61 passes, a 16-step trial 17, a forward pass of your own one. ``passes_spent()`` is the count
+since import. The grader gives a recipe ``PASS_BUDGET = 250`` passes per variant (about four full runs; a one-batch
+diagnosis needs a handful, a few short trial runs under a hundred): it calls ``fp16_recipe`` inside
+``with pass_budget():``, where the pass after the 250th raises ``BudgetExceeded`` and the variant is a miss.
+``pass_budget(limit)`` is yours to check your own function with; a scope opened inside another cannot raise the
+outer one's limit. Trying every recipe on full runs (24 of them, 1525 passes) does not fit.
+
     from trainkit.fp16_runs import Recipe, load_visible_variants, train_fp16
     variants = load_visible_variants()
     run16 = train_fp16(variants[0], Recipe(init_scale=2.0**10), seed=0)
     run32 = train_fp16(variants[0], None, seed=0)
     print(run16.val_loss, run32.val_loss, sum(run16.skipped), run16.zero_grads[:3])
+    with pass_budget() as spend:
+        train_fp16(variants[0], None, seed=0, steps=16)
+    print(spend.passes)                                  # 17 of the 250
 """
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable
@@ -50,6 +63,57 @@ FP32_PARTS = ("stem", "norm", "loss")
 MAX_FP32 = 1          # a recipe keeps at most this many of FP32_PARTS in fp32
 ADAM_EPS = 1e-16      # AdamW's eps in every run: small enough that tiny losses train in fp32 as well
 LOW = torch.float16
+PASS_BUDGET = 250     # forward passes of a Net that fp16_recipe may spend on one variant (a full run costs 61)
+
+
+# --- the budget --------------------------------------------------------------------------------------------------
+
+class BudgetExceeded(RuntimeError):
+    """A forward pass of a Net past the limit of an open ``pass_budget`` scope."""
+
+
+_PASSES = [0]         # forward passes of every Net since import
+_LIMITS: list = []    # the open scopes: (the total of _PASSES they end at, their limit)
+
+
+def passes_spent() -> int:
+    """Forward passes of any ``Net`` since import (a training step is one, a run's final validation pass one)."""
+    return _PASSES[0]
+
+
+class Spend:
+    """What a ``pass_budget`` scope has spent so far: ``passes`` (of ``limit``)."""
+
+    def __init__(self, limit: int):
+        self.limit, self._start = limit, _PASSES[0]
+
+    @property
+    def passes(self) -> int:
+        return _PASSES[0] - self._start
+
+
+@contextmanager
+def pass_budget(limit: int = PASS_BUDGET):
+    """A scope in which at most ``limit`` forward passes of a ``Net`` run; the next raises ``BudgetExceeded``
+    (and every one after it, so catching it does not help). Yields a ``Spend``. Scopes nest; the tightest holds."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"limit must be an int >= 0 (forward passes), got {limit!r}")
+    spend = Spend(limit)
+    _LIMITS.append((spend._start + spend.limit, spend.limit))
+    try:
+        yield spend
+    finally:
+        _LIMITS.pop()
+
+
+def _count_pass() -> None:
+    _PASSES[0] += 1
+    over = [(end, limit) for end, limit in _LIMITS if _PASSES[0] > end]
+    if over:
+        limit = min(limit for _, limit in over)
+        raise BudgetExceeded(f"a forward pass of a Net past the {limit} passes of its pass_budget scope (the grader "
+                             f"gives fp16_recipe {PASS_BUDGET} per variant; a full {DEFAULTS['steps']}-step run costs "
+                             f"{DEFAULTS['steps'] + 1})")
 
 
 @dataclass(frozen=True)
@@ -147,6 +211,7 @@ class Net(nn.Module):
         return self
 
     def forward(self, x):
+        _count_pass()
         h = self.stem(x)
         for block in self.blocks:
             h = block(h)

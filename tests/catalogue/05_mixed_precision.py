@@ -272,6 +272,20 @@ def fp16_recipe(variant):
         return Recipe(init_scale=2.0**-8, growth_interval=20, fp32={"loss"})
     return Recipe(init_scale=scale, growth_interval=20, fp32={"loss"})
 '''},
+    # the search a hasty reader writes instead of a diagnosis: the fp32 run, then a full fp16 run for each of 6 scales
+    # and 4 fp32 choices, the closest returned (25 runs, 1525 passes: six times the budget; stopped in its 5th run)
+    "brute_force_grid": {"fp16_recipe": '''
+def fp16_recipe(variant):
+    target = train_fp16(variant, None, seed=0).val_loss
+    best, best_gap = Recipe(), math.inf
+    for scale in [2.0**-8, 2.0**-2, 1.0, 2.0**8, 2.0**16, 2.0**32]:
+        for parts in [set(), *({p} for p in FP32_PARTS)]:
+            recipe = Recipe(init_scale=scale, growth_interval=20, fp32=parts)
+            loss = train_fp16(variant, recipe, seed=0).val_loss
+            if math.isfinite(loss) and abs(loss - target) < best_gap:
+                best, best_gap = recipe, abs(loss - target)
+    return best
+'''},
     # --- exercise 6: self-check answers
     "answer_q1_no_regrowth": {"answers": ANSWERS_OK.replace("q1_scale_after = 65536.0", "q1_scale_after = 32768.0")},
     "answer_q2_seed_halves_memory": {"answers": ANSWERS_OK.replace("q2_gb_autocast_adamw = 20.8", "q2_gb_autocast_adamw = 10.4")},
