@@ -33,9 +33,9 @@ import nbformat
 import pytest
 
 from autograder import notebooks as nbu
-from course import ROOT, notebook_name, release_nb, source_nb
+from course import FASTEST_LAB, ROOT, notebook_name, release_nb, source_nb
 
-LAB = "01_signal_propagation"  # the fastest lab
+LAB = FASTEST_LAB
 COURSE_ID = "training-infra"
 
 # Runs as root in a private mount namespace before switching user. Where a folder the test users need (the Python

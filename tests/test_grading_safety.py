@@ -1,6 +1,6 @@
 """Grading a class safely: hostile and careless submissions, graded in parallel, each with its expected outcome.
 
-One grading run of lab 1 (the fastest lab) holds the whole catalogue below, graded with `make grade`'s CLI,
+One grading run of the fastest lab (course.FASTEST_LAB) holds the whole catalogue below, graded with `make grade`'s CLI,
 two submissions at a time, in a course folder outside /tmp (the sandbox hides all of /tmp, which would make
 "the solutions are hidden" trivially true). For each submission: the score it must get, and that nothing
 else was harmed (the other submissions' scores, the gradebook, the course folder, the grading machine).
@@ -22,9 +22,9 @@ import pytest
 
 from autograder import notebooks as nbu
 from autograder import sandbox
-from course import cell_scores, first_bug, make_course, release_nb, run_grade, source_nb, submit
+from course import FASTEST_LAB, cell_scores, first_bug, make_course, release_nb, run_grade, source_nb, submit
 
-ASSIGNMENT = "01_signal_propagation"
+ASSIGNMENT = FASTEST_LAB
 CELL_TIMEOUT = 15  # seconds before a cell that hangs is interrupted (it then scores 0)
 HIDDEN_MARK, LEAK_MARK = "SOLUTIONS-HIDDEN", "SOLUTIONS-LEAKED"
 # Every test here reads the one graded batch: one xdist group, so the batch is graded once, by one worker.
@@ -134,7 +134,7 @@ TAMPERING = {
 def first_exercise_bug() -> tuple[str, str]:
     """(solution cell, wrong source) of the catalogue's first bug of the first exercise (course.first_bug)."""
     ((first, wrong),) = first_bug(ASSIGNMENT)[1].items()
-    assert first == code_solution_ids(source_nb(ASSIGNMENT))[0], "lab 1's first exercise should have a catalogued bug"
+    assert first == code_solution_ids(source_nb(ASSIGNMENT))[0], f"{ASSIGNMENT}'s first exercise should have a catalogued bug"
     return first, wrong
 
 

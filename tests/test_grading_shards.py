@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from autograder import notebooks as nbu
-from course import first_bug, make_course, release_nb, source_nb, submit
+from course import FASTEST_LAB, first_bug, make_course, release_nb, source_nb, submit
 
-LAB = "01_signal_propagation"  # the fastest lab
+LAB = FASTEST_LAB
 STUDENTS = ("ada", "bo", "cy", "di")
 
 
@@ -69,7 +69,7 @@ def postgres():
 
 
 def class_course(tmp: Path, db_url: str | None) -> Path:
-    """Four submissions of lab 1: two reference answers, the first catalogued bug, the untouched release."""
+    """Four submissions of the fastest lab: two reference answers, the first catalogued bug, the untouched release."""
     tmp.mkdir()
     course = make_course(tmp)
     if db_url:
