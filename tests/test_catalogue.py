@@ -14,6 +14,9 @@ under nbgrader (and nbval runs every source notebook, hidden tests included, in 
 """
 from __future__ import annotations
 
+import copy
+import re
+
 import pytest
 
 from autograder import notebooks as nbu
@@ -64,6 +67,17 @@ def test_every_assignment_has_a_catalogue_of_three_bugs_per_exercise():
             assert n >= 3, f"{assignment}: exercise {exercise!r} has {n} catalogued bugs, want at least 3"
 
 
+def _previews_as_checks(nb):
+    """The notebook with every visible ``preview(check, ...)`` written as ``check(...)``: it fails exactly where the
+    student's copy prints that a band is not reached yet (``autograder.checks.preview`` prints when, and only when,
+    the check raises AssertionError), so "a visible test shows the miss" covers the band cells that preview."""
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.source = re.sub(r"^preview\((\w+), ", r"\1(", cell.source, flags=re.M)
+    return nb
+
+
 class _Graders:
     """One PrefixGrader alive per pytest worker (each holds a Python process with the notebook's state)."""
 
@@ -73,7 +87,7 @@ class _Graders:
     def get(self, kind: str, assignment: str) -> nbu.PrefixGrader:
         if self.key != (kind, assignment):
             self.close()
-            nb = source_nb(assignment) if kind == "source" else release_nb(assignment)
+            nb = source_nb(assignment) if kind == "source" else _previews_as_checks(release_nb(assignment))
             self.key, self.grader = (kind, assignment), nbu.PrefixGrader(nb)
         return self.grader
 
@@ -116,10 +130,11 @@ def test_bug_loses_exactly_its_exercise_points(assignment, bug, graders):
 
 @pytest.mark.parametrize("assignment,cell", VISIBLE_ONLY_CASES)
 def test_visible_tests_catch_the_visible_tests_only_answer(assignment, cell, graders):
-    """In the student's lab (visible tests only), a VISIBLE_ONLY answer fails a test of its own exercise."""
+    """In the student's lab (visible tests only), a VISIBLE_ONLY answer fails a test of its own exercise, or, in a
+    judgement exercise, is told by a band cell that it has not reached that band yet (_previews_as_checks)."""
     answer = {cell: CATALOGUES[assignment].VISIBLE_ONLY[cell]}
     per_exercise = nbu.by_exercise(graders.get("release", assignment).grade(answer, skip_unaffected=True,
                                                                             stop_at_first_failure=True))
     got, out_of = per_exercise[cell]
-    assert got < out_of, (f"{assignment}: every visible test of {cell!r} passes for its visible-tests-only answer; "
-                          "a visible test must show the behaviour it misses")
+    assert got < out_of, (f"{assignment}: every visible test of {cell!r} passes, and says nothing is missing, for its "
+                          "visible-tests-only answer; a visible test must show the behaviour it misses")
