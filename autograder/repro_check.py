@@ -19,6 +19,11 @@ evaluation, or in evaluation only), and a code change in runs that could also ra
 The visible pairs (trainkit/repro_visible.json) go to students; the unseen ones (autograder/repro_unseen.json,
 instructor-only like this module) are what lab 7's hidden tests grade ``why_not_reproducible`` on.
 tests/test_repro_runs.py retrains a sample of each and checks that the stored pairs are the runs of their specs.
+
+Exercise 7's runs to reproduce are not stored: bit for bit is decided by the grading machine's own arithmetic, so
+``load_hidden_targets`` trains them where they are graded (``hidden_target_specs``, ``HIDDEN_TARGET_KINDS``: other tasks,
+sizes, lengths and seeds than ``trainkit.repro_runs.visible_target_specs``, and manifests wrong or silent in ways the
+visible runs never show). tests/test_repro_runs.py proves that the reference reproduces every one of them.
 """
 from __future__ import annotations
 
