@@ -19,6 +19,11 @@ evaluation, or in evaluation only), and a code change in runs that could also ra
 The visible pairs (trainkit/repro_visible.json) go to students; the unseen ones (autograder/repro_unseen.json,
 instructor-only like this module) are what lab 7's hidden tests grade ``why_not_reproducible`` on.
 tests/test_repro_runs.py retrains a sample of each and checks that the stored pairs are the runs of their specs.
+
+Exercise 7's runs to reproduce are not stored: bit for bit is decided by the grading machine's own arithmetic, so
+``load_hidden_targets`` trains them where they are graded (``hidden_target_specs``, ``HIDDEN_TARGET_KINDS``: other tasks,
+sizes, lengths and seeds than ``trainkit.repro_runs.visible_target_specs``, and manifests wrong or silent in ways the
+visible runs never show). tests/test_repro_runs.py proves that the reference reproduces every one of them.
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ from pathlib import Path
 import torch
 
 from trainkit import repro_runs as rr
-from trainkit.repro_runs import _code, _masks, _racy, _side
+from trainkit.repro_runs import _code, _fine_tune, _masks, _racy, _side
 
 UNSEEN_FILE = Path(__file__).with_name("repro_unseen.json")
 
@@ -130,6 +135,54 @@ def build_unseen(path: Path = UNSEEN_FILE) -> list[rr.Pair]:
 def load_unseen() -> list[rr.Pair]:
     """The grader's unseen pairs (stored by ``build_unseen``), with their causes."""
     return rr.load_pairs(UNSEEN_FILE)
+
+
+# --- exercise 7: the runs the grader reproduces --------------------------------------------------------------------
+# Other tasks, widths, depths, dropout, minibatch sizes, lengths and seeds than the visible runs, and kinds the visible
+# runs never show: a manifest whose seed is not the one the run used, a fine-tune that records no seed, a learning rate
+# set somewhere the manifest does not see, an lr drop in a pipeline that records no seeds. Built (trained) when loaded:
+# a few seconds.
+
+HIDDEN_TARGET_KINDS = {
+    **rr.TARGET_KINDS,
+    "seed_unrecorded": lambda sp: _side(told={"init_seed": sp["told"]}),
+    "fine_tune_unrecorded": lambda sp: _side(_fine_tune(sp), records_seeds=False),
+    "lr_unrecorded": lambda sp: _side(told={"lr": sp["told"]}),
+    "lr_drop_old": lambda sp: _side({"lr_drop_at": sp["at"]}, diff=_code(f"lr x0.3 from step {sp['at']}", sp["seed"]),
+                                    records_seeds=False),
+}
+
+
+def hidden_target_specs() -> list[dict]:
+    """The grader's runs to reproduce: every visible kind in other settings, and the kinds only the grader has."""
+    return [
+        {"kind": "recorded", "seed": 123, "order_seed": 77, "task": "regression", "width": 48, "depth": 2, "eval_every": 6},
+        {"kind": "recorded", "seed": 9, "width": 64, "batch_size": 32, "steps": 36, "dropout": 0.1, "weight_decay": 0.01},
+        {"kind": "old_pipeline", "seed": 512, "order_seed": 8, "task": "regression", "depth": 2, "steps": 26},
+        {"kind": "old_pipeline", "seed": 999, "order_seed": 998, "width": 48, "batch_size": 128, "steps": 25,
+         "reshuffle": False},
+        {"kind": "old_pipeline", "seed": 250, "dropout": 0.1, "eval_every": 3, "lr": 1e-2},
+        {"kind": "order_unrecorded", "seed": 4, "order_seed": 640, "told": 4, "task": "regression", "batch_size": 32},
+        {"kind": "reshuffle_unrecorded", "seed": 31, "task": "regression", "width": 16, "steps": 35},
+        {"kind": "reshuffle_unrecorded", "seed": 66, "batch_size": 96, "steps": 24},
+        {"kind": "lr_drop", "seed": 17, "task": "regression", "at": 6, "lr": 1e-2},
+        {"kind": "lr_drop", "seed": 300, "order_seed": 301, "at": 27, "depth": 2, "eval_every": 8, "steps": 32},
+        {"kind": "fine_tune", "seed": 555, "mask_seed": 7, "task": "regression", "dropout": 0.05},
+        {"kind": "fine_tune", "seed": 808, "mask_seed": 91, "width": 48, "steps": 24},
+        {"kind": "seed_unrecorded", "seed": 137, "told": 0},
+        {"kind": "seed_unrecorded", "seed": 46, "told": 45, "task": "regression", "width": 64},
+        {"kind": "seed_unrecorded", "seed": 720, "told": 72, "dropout": 0.1, "batch_size": 32},
+        {"kind": "fine_tune_unrecorded", "seed": 33, "mask_seed": 444, "order_seed": 12},
+        {"kind": "fine_tune_unrecorded", "seed": 901, "mask_seed": 2, "task": "regression", "dropout": 0.1},
+        {"kind": "lr_unrecorded", "seed": 8, "told": 3e-3, "lr": 6e-3},
+        {"kind": "lr_unrecorded", "seed": 60, "order_seed": 61, "told": 1e-2, "task": "regression"},
+        {"kind": "lr_drop_old", "seed": 401, "order_seed": 13, "at": 15, "eval_every": 4},
+    ]
+
+
+def load_hidden_targets() -> list[rr.Target]:
+    """The grader's runs to reproduce, trained now (about 0.15 s a run), with their true settings."""
+    return [rr.make_target(spec, HIDDEN_TARGET_KINDS) for spec in hidden_target_specs()]
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Lab 7's pairs of runs (trainkit.repro_runs, autograder.repro_check): every graded pair is a pair of real training
 runs whose logs show their planted cause, the unseen pairs are not the visible ones, and a reading of the manifests
-alone, or of the logs alone, does not reach full marks.
+alone, or of the logs alone, does not reach full marks. Exercise 7's runs to reproduce (the end of this file): the
+reference reproduces every visible and unseen one bit for bit, and a mapping of the manifest's fields alone does not.
 
 Both banks are trained once (``python -m autograder.repro_check build``) and stored with every number exact: grading
 compares logs bit for bit, which must not depend on the grading CPU. Here a sample of each is retrained: on this CPU
@@ -10,13 +11,16 @@ rounds differently, so the stored bits need not come back).
 from __future__ import annotations
 
 import copy
+import functools
+import hashlib
 import json
 
 import numpy as np
 import pytest
 import torch
 
-from autograder.repro_check import HIDDEN_PLANTS, load_unseen, shows_cause, unseen_specs
+from autograder.repro_check import (HIDDEN_PLANTS, HIDDEN_TARGET_KINDS, hidden_target_specs, load_hidden_targets,
+                                    load_unseen, shows_cause, unseen_specs)
 from course import load_catalogue, source_nb
 from trainkit import repro_runs as rr
 
@@ -37,9 +41,9 @@ def _accuracy(source: str, pairs) -> float:
     return float(np.mean([got == p.label for got, p in zip(_answers(source, pairs), pairs)]))
 
 
-def _reference() -> str:
+def _reference(grade_id: str = "why_not_reproducible") -> str:
     cell = next(c for c in source_nb("07_monitoring_reproducibility").cells
-                if c.metadata.get("nbgrader", {}).get("grade_id") == "why_not_reproducible")
+                if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
     return cell.source
 
 
@@ -174,3 +178,94 @@ def test_bad_specs_and_settings_are_refused_with_the_choices():
         rr.train({"sed": 1})
     with pytest.raises(ValueError, match="unknown task 'bytes'"):
         rr.train({"task": "bytes"})
+
+
+# --- exercise 7: runs to reproduce from their manifest and log -----------------------------------------------------
+
+@functools.cache
+def _targets() -> dict:
+    torch.set_num_threads(1)
+    return {"visible": rr.load_visible_targets(), "hidden": load_hidden_targets()}
+
+
+def _reproduced(source: str, targets) -> list[bool]:
+    """Whether train(reproduce(manifest, log)) gives each target's log bit for bit, for a reproduce written as notebook
+    source (on copies, as the grader does; a raise is a miss)."""
+    namespace = {"hashlib": hashlib, "torch": torch, **{k: v for k, v in vars(rr).items() if not k.startswith("_")}}
+    exec(source, namespace)
+    out = []
+    for target in targets:
+        try:
+            out.append(rr.train(namespace["reproduce"](copy.deepcopy(target.manifest), copy.deepcopy(target.log)))
+                       == target.log)
+        except Exception:
+            out.append(False)
+    return out
+
+
+def _share(source: str, targets) -> float:
+    return float(np.mean(_reproduced(source, targets)))
+
+
+@pytest.mark.parametrize("bank", ["visible", "hidden"])
+def test_every_target_is_a_deterministic_run_of_its_settings_that_only_the_documented_settings_tell_apart(bank):
+    for target in _targets()[bank]:
+        s = target.settings
+        assert rr.train(s) == target.log, f"{target.spec}: training its settings again gives another log"
+        assert {k for k in s if s[k] != rr.SOUND[k]} <= set(rr.VARYING), target.spec   # the rest: SOUND's, as documented
+        assert all(seed in rr.SEED_RANGE for seed in (s["init_seed"], s["order_seed"], s.get("mask_seed") or 0))
+        assert target.manifest["deterministic"] is True
+        config = target.manifest["config"]
+        assert (config["task"], config["model"], config["optim"]["weight_decay"], config["batch_size"]) == \
+            (s["task"], {k: s[k] for k in ("width", "depth", "dropout")}, s["weight_decay"], s["batch_size"]), \
+            f"{target.spec}: the manifest must be right about what the docstring says it is right about"
+        if "init_from" in config:                                   # the hash the docstring documents
+            assert config["init_from"] == f"checkpoints/init-{hashlib.sha256(str(s['init_seed']).encode()).hexdigest()[:8]}.pt"
+            assert s["dropout"] > 0 and s.get("mask_seed") is not None
+
+
+def test_the_visible_targets_show_every_visible_kind_and_the_hidden_ones_differ():
+    visible, hidden = _targets()["visible"], _targets()["hidden"]
+    assert [t.spec for t in visible] == rr.visible_target_specs() and [t.spec for t in hidden] == hidden_target_specs()
+    assert {t.spec["kind"] for t in visible} == set(rr.TARGET_KINDS) and 10 <= len(visible) <= 14
+    assert {t.spec["kind"] for t in hidden} == set(HIDDEN_TARGET_KINDS) and 18 <= len(hidden) <= 24
+    assert not [s for s in hidden_target_specs() if s in rr.visible_target_specs()]
+    assert len(set(HIDDEN_TARGET_KINDS) - set(rr.TARGET_KINDS)) >= 3
+    with pytest.raises(ValueError, match="unknown kind"):          # a hidden kind is not in the students' module
+        rr.make_target({"kind": "seed_unrecorded"})
+    # the visible runs are digits runs of one size; the hidden ones vary what the visible ones hold fixed
+    assert {(t.settings["task"], t.settings["width"], t.settings["depth"], t.settings["batch_size"]) for t in visible} \
+        == {("digits", 32, 1, 64)}
+    for key in ("task", "width", "depth", "batch_size", "steps", "lr", "weight_decay"):
+        assert len({t.settings[key] for t in hidden}) > 1, f"the hidden runs never vary {key}"
+    assert any(t.settings["dropout"] > 0 and t.settings.get("mask_seed") is None for t in hidden)
+    # where a manifest is wrong, it is wrong: a recorded seed, shuffle seed, reshuffle or lr that the run did not use
+    for t in visible + hidden:
+        config, s = t.manifest["config"], t.settings
+        wrong = {("seed" in config and config["seed"] != (s["init_seed"] if s.get("mask_seed") is None else s["mask_seed"])),
+                 ("data" in config and config["data"] != {"shuffle_seed": s["order_seed"], "reshuffle_each_epoch": s["reshuffle"]}),
+                 config["optim"]["lr"] != s["lr"]}
+        assert (True in wrong) == (t.spec["kind"] in ("order_unrecorded", "reshuffle_unrecorded", "seed_unrecorded",
+                                                        "lr_unrecorded")), t.spec
+    runs_ids = {t.manifest["run_id"] for t in visible}
+    assert not runs_ids & {t.manifest["run_id"] for t in hidden}
+
+
+def test_the_reference_reproduces_every_run_and_a_mapping_of_the_manifest_does_not():
+    visible, hidden = _targets()["visible"], _targets()["hidden"]
+    reference = _reference("reproduce")
+    for bank in (visible, hidden):
+        missed = [t.spec for t, ok in zip(bank, _reproduced(reference, bank)) if not ok]
+        assert not missed, f"the reference does not reproduce {missed}"
+    assert _share(CATALOGUE.ALTERNATIVE["reproduce"], hidden) == 1.0
+    naive = CATALOGUE.REPRO_NAIVE_MAPPING             # the manifest's fields, recorded seeds trusted, defaults elsewhere
+    assert _share(naive, visible) < 0.6 and _share(naive, hidden) < 0.5
+    hasty = CATALOGUE.VISIBLE_ONLY["reproduce"]       # the log read, but every recorded seed and setting trusted
+    assert 0.6 <= _share(hasty, visible) < 0.85 and _share(hasty, hidden) < 0.85
+
+
+def test_bad_target_specs_are_refused_with_the_choices():
+    with pytest.raises(ValueError, match=r"unknown kind 'lost'.*'fine_tune'"):
+        rr.make_target({"kind": "lost"})
+    with pytest.raises(ValueError, match=r"unknown spec keys \['sead'\]"):
+        rr.make_target({"kind": "recorded", "sead": 3})

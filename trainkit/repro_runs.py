@@ -1,11 +1,13 @@
-"""Pairs of real training runs that were meant to be identical, and what each run leaves behind (lab 7).
+"""Real training runs and what each leaves behind (lab 7): pairs meant to be identical, and runs to reproduce.
 
-    from trainkit.repro_runs import LABELS, load_visible, make_pair
+    from trainkit.repro_runs import LABELS, load_visible, make_pair, load_visible_targets, train
 
     pair = make_pair({"cause": "data_order", "kind": "shuffle_seed", "seed": 3})   # trains both runs (well under a second)
     pair.a.manifest       # run a's manifest.json, as a dict
     pair.a.log            # run a's metrics log: one dict per line of a JSON-lines file
     pair.label            # why the two runs differ: one of LABELS ("reproducible" when they do not)
+    target = load_visible_targets()[0]           # a run to reproduce (exercise 7)
+    train(target.settings) == target.log         # True: its log, bit for bit
 
 Each run is a real minibatch training run (AdamW; an MLP on scikit-learn's digits, or on the regression task of
 ``trainkit.runbank.regression_data``), trained twice with one planted cause of difference between the two, never a
@@ -31,7 +33,8 @@ change touches nothing the run executes).
 
 ``run.log`` (a list of dicts, in order): one row per optimiser step ``s`` (``0 <= s < steps``) with ``"step"``,
 ``"epoch"``, ``"batch"`` (the data loader's fingerprint of the step's minibatch: the first 12 hex digits of the SHA-256
-of its example indices, in order; equal fingerprints, the same examples in the same order), ``"train/loss"`` (the
+of its example indices, in order, as the bytes of their int64 tensor: ``sha256(idx.numpy().tobytes())``; equal
+fingerprints, the same examples in the same order), ``"train/loss"`` (the
 minibatch loss of step ``s``, before its update, in training mode: with dropout, if any), ``"lr"`` (the learning rate
 of that update) and ``"grad_norm"`` (the global gradient norm before the update); every ``eval_every`` steps, from step 0,
 the row also holds ``"val/loss"``, measured before that step's update; a last row ``{"step": steps, "val/loss": ...}``
@@ -60,6 +63,32 @@ frequent and involve more partial sums. Only runs whose manifest says ``determin
 
 ``make_pair`` also takes settings the visible pairs do not use (another ``task``, ``width``, ``depth``, ``dropout``,
 ``batch_size``, ``steps``, ``lr``, ``at``, ``race``, ``eval_race``): make pairs of your own to test a method.
+
+**Runs to reproduce (lab 7's exercise 7).** ``load_visible_targets()`` trains runs and returns each as a ``Target``:
+``target.manifest`` and ``target.log`` (what the run left behind, as above), ``target.settings`` (the settings of
+``train`` the run used: the answer) and ``target.spec``. ``train(settings)`` takes the keys of ``SOUND`` (any left out
+take its values; an unknown key raises ``ValueError``):
+
+| setting | what it does |
+|---|---|
+| ``task``, ``width``, ``depth``, ``dropout``, ``batch_size``, ``steps``, ``lr``, ``weight_decay`` | as the manifest's ``config`` names them; ``lr`` is the learning rate of every update before a drop |
+| ``eval_every`` | the validation loss is measured at every step that is a multiple of it (from step 0), and at the end |
+| ``init_seed`` | ``torch.manual_seed(init_seed)`` before the model is built: the initial weights, and then (unless ``mask_seed`` is set) the dropout masks |
+| ``mask_seed`` | ``None``, or a fine-tune: after the model is built, ``torch.manual_seed(mask_seed)``, which draws the dropout masks |
+| ``order_seed`` | the data loader's generator, ``torch.Generator().manual_seed(order_seed)``: each epoch's order is ``torch.randperm(len(data.y_train), generator=...)``, step ``s`` of an epoch takes its ``s``-th slice of ``batch_size`` indices, and an epoch has ``len(data.y_train) // batch_size`` steps |
+| ``reshuffle`` | ``True``: every epoch draws a new permutation from that generator; ``False``: every epoch repeats the first |
+| ``lr_drop_at`` | ``None``, or the step from which every update's learning rate is ``lr * 0.3`` (a code change no config records) |
+
+``build_model(settings)`` returns the model ``train`` starts from, built exactly as it builds it (the global generator
+left where ``train`` leaves it before its first step); ``task_data(task)`` returns the data split and the loss function a
+run of ``task`` uses. Every seed the pipelines draw (``init_seed``, ``mask_seed``, ``order_seed``) is in
+``SEED_RANGE`` (0 to 999). A fine-tune's manifest names its initial weights ``config["init_from"]``:
+``checkpoints/init-<h>.pt``, ``<h>`` the first 8 hex digits of the SHA-256 of the decimal text of the ``init_seed``
+that drew them (``hashlib.sha256(str(init_seed).encode()).hexdigest()[:8]``); its ``config["seed"]``, where recorded,
+is the ``mask_seed``. Only the settings in ``VARYING`` differ between the runs to reproduce; the others (``data_seed``,
+``head_gain``, ``eps``, ``max_norm``, ``race``, ``eval_race``, ``race_seed``) keep ``SOUND``'s values in every one of
+them, and every one of them is deterministic (``deterministic: true``: no race). Their manifests are written as above:
+some record what the pipeline was told rather than what the run did, and older pipelines record no seeds.
 """
 from __future__ import annotations
 
@@ -106,24 +135,43 @@ class Pair:
     b: RunRecord = field(repr=False)
 
 
+_SHAPES = {"digits": (64, 10, "relu", False), "regression": (8, 1, "tanh", True)}   # in, out, activation, flatten
+
+
+def _shape(task: str) -> tuple:
+    if task not in _SHAPES:
+        raise ValueError(f"unknown task {task!r}; one of {TASKS}")
+    return _SHAPES[task]
+
+
 def _task(task: str, data_seed: int):
     """(data split, loss function with a reduction argument, input size, output size, activation, flatten output)."""
+    shape = _shape(task)
     if task == "digits":
-        return load_digits_split(seed=data_seed), F.cross_entropy, 64, 10, "relu", False
-    if task == "regression":
-        from trainkit.runbank import regression_data
+        return (load_digits_split(seed=data_seed), F.cross_entropy, *shape)
+    from trainkit.runbank import regression_data
 
-        return regression_data(data_seed), F.mse_loss, 8, 1, "tanh", True
-    raise ValueError(f"unknown task {task!r}; one of {TASKS}")
+    return (regression_data(data_seed), F.mse_loss, *shape)
 
 
-def train(settings: dict) -> list:
-    """Train one run with ``settings`` (the keys of ``SOUND``; those left out take its values); return its log."""
-    unknown = set(settings) - set(SOUND)
-    if unknown:
-        raise ValueError(f"unknown run settings {sorted(unknown)}; the settings are {sorted(SOUND)}")
-    s = {**SOUND, **settings}
-    data, loss_fn, n_in, n_out, activation, flat = _task(s["task"], s["data_seed"])
+def task_data(task: str = "digits", data_seed: int = 0):
+    """(the data split, the loss function) a run of ``task`` trains on: ``data.x_train``, ``data.y_train``, ``data.x_val``,
+    ``data.y_val``; the loss function takes ``reduction=`` (``F.cross_entropy`` for digits, ``F.mse_loss`` for
+    regression, whose model output is flattened to one number per example)."""
+    data, loss_fn, *_ = _task(task, data_seed)
+    return data, loss_fn
+
+
+def build_model(settings: dict) -> nn.Module:
+    """The model ``train(settings)`` starts from, built as it builds it: its initial weights drawn from ``init_seed``
+    (dropout layers, if any, after each hidden activation; a regression model's output flattened); in a fine-tune
+    (``mask_seed`` set) PyTorch's global generator is then seeded with ``mask_seed``, which draws the dropout masks.
+    The model is in training mode, as ``train`` leaves it before its first step."""
+    s = _settings(settings)
+    return _model(s, *_shape(s["task"]))
+
+
+def _model(s: dict, n_in: int, n_out: int, activation: str, flat: bool) -> nn.Module:
     torch.manual_seed(s["init_seed"])
     model = mlp(n_in, s["width"], s["depth"], n_out, activation=activation)
     if s["dropout"]:                                    # after each hidden layer's activation
@@ -137,6 +185,21 @@ def train(settings: dict) -> list:
         model = nn.Sequential(model, nn.Flatten(0))
     with torch.no_grad():
         [m for m in model.modules() if isinstance(m, nn.Linear)][-1].weight.mul_(s["head_gain"])
+    return model
+
+
+def _settings(settings: dict) -> dict:
+    unknown = set(settings) - set(SOUND)
+    if unknown:
+        raise ValueError(f"unknown run settings {sorted(unknown)}; the settings are {sorted(SOUND)}")
+    return {**SOUND, **settings}
+
+
+def train(settings: dict) -> list:
+    """Train one run with ``settings`` (the keys of ``SOUND``; those left out take its values); return its log."""
+    s = _settings(settings)
+    data, loss_fn, n_in, n_out, activation, flat = _task(s["task"], s["data_seed"])
+    model = _model(s, n_in, n_out, activation, flat)
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=s["lr"], weight_decay=s["weight_decay"], eps=s["eps"])
     order_gen = torch.Generator().manual_seed(s["order_seed"])
@@ -373,3 +436,86 @@ def visible_specs() -> list[dict]:
 def load_visible() -> list[Pair]:
     """The visible pairs (every cause and kind on the digits task), with their labels and specs."""
     return load_pairs(VISIBLE_FILE)
+
+
+# --- runs to reproduce (exercise 7) -----------------------------------------------------------------------------
+# A target is one run and what it left behind. A kind turns a spec into the settings the run used and how its manifest
+# is written, as a plant does for one side of a pair ("told": what the pipeline recorded instead of what the run used).
+# The logs are trained when a target is built, never stored: reproducing one bit for bit means training it again on the
+# same machine, and another CPU's kernels may round the stored numbers differently.
+
+SEED_RANGE = range(1000)           # the pipelines draw every seed (init_seed, mask_seed, order_seed) from here
+VARYING = ("task", "width", "depth", "dropout", "batch_size", "steps", "lr", "weight_decay", "eval_every", "init_seed",
+           "mask_seed", "order_seed", "reshuffle", "lr_drop_at")       # the settings in which targets differ
+
+
+@dataclass
+class Target:
+    """A run to reproduce: ``manifest`` and ``log`` (what it left behind), ``settings`` (what it ran: the answer)."""
+    spec: dict
+    settings: dict
+    manifest: dict
+    log: list = field(repr=False)
+
+
+def _fine_tune(sp: dict) -> dict:
+    """Initial weights of seed ``sp["seed"]`` from a checkpoint, dropout masks from ``sp["mask_seed"]``."""
+    return {"mask_seed": sp["mask_seed"], "dropout": sp["dropout"] or 0.1}
+
+
+TARGET_KINDS: dict[str, Callable[[dict], dict]] = {
+    "recorded": lambda sp: _side(),                                         # the manifest says it all (but eval_every)
+    "old_pipeline": lambda sp: _side(records_seeds=False),                  # no seeds, no data settings recorded
+    "order_unrecorded": lambda sp: _side(told={"order_seed": sp["told"]}),  # the loader read its seed elsewhere
+    "reshuffle_unrecorded": lambda sp: _side({"reshuffle": False}, told={"reshuffle": True}),
+    "lr_drop": lambda sp: _side({"lr_drop_at": sp["at"]}, diff=_code(f"lr x0.3 from step {sp['at']}", sp["seed"])),
+    "fine_tune": lambda sp: _side(_fine_tune(sp)),                          # initial weights from init_from
+}
+TARGET_DEFAULTS = dict(seed=0, order_seed=None, mask_seed=1, told=0, at=20, eval_every=5, reshuffle=True,
+                       task="digits", width=32, depth=1, dropout=0.0, batch_size=64, steps=30, lr=3e-3,
+                       weight_decay=0.0)
+
+
+def make_target(spec: dict, kinds: dict | None = None) -> Target:
+    """Train the run of ``spec`` and write its manifest: {"kind"} and optionally "seed" (the initial weights' seed),
+    "order_seed" (default: "seed"), "mask_seed" (a fine-tune's dropout masks), "told" (what a manifest that is wrong
+    records instead), "at" (the step of an lr drop), "eval_every", "reshuffle", "task", "width", "depth", "dropout",
+    "batch_size", "steps", "lr", "weight_decay". ``kinds`` (default ``TARGET_KINDS``): {kind: side}."""
+    kinds = TARGET_KINDS if kinds is None else kinds
+    if spec.get("kind") not in kinds:
+        raise ValueError(f"unknown kind {spec.get('kind')!r}; one of {sorted(kinds)}")
+    unknown = set(spec) - set(TARGET_DEFAULTS) - {"kind"}
+    if unknown:
+        raise ValueError(f"unknown spec keys {sorted(unknown)}; a spec takes kind and {sorted(TARGET_DEFAULTS)}")
+    sp = {**TARGET_DEFAULTS, **spec}
+    settings = {k: sp[k] for k in ("task", "width", "depth", "dropout", "batch_size", "steps", "lr", "weight_decay",
+                                   "eval_every", "reshuffle")}
+    settings.update(init_seed=sp["seed"], order_seed=sp["seed"] if sp["order_seed"] is None else sp["order_seed"])
+    side = kinds[sp["kind"]](sp)
+    settings.update(side["changes"])
+    rng = random.Random(_sha("target " + json.dumps(sp, sort_keys=True)))
+    written = manifest({**settings, **side["told"]}, rng, git_sha=_hex(rng, 40), **side["manifest"])
+    return Target(dict(spec), settings, written, train(settings))
+
+
+def visible_target_specs() -> list[dict]:
+    """The runs a student iterates on: every kind on the digits task, one model size, two or three runs each."""
+    return [
+        {"kind": "recorded", "seed": 0},
+        {"kind": "recorded", "seed": 42, "order_seed": 7, "eval_every": 4},
+        {"kind": "old_pipeline", "seed": 11, "order_seed": 250},
+        {"kind": "old_pipeline", "seed": 404, "eval_every": 10},
+        {"kind": "old_pipeline", "seed": 87, "order_seed": 3, "reshuffle": False},
+        {"kind": "order_unrecorded", "seed": 2, "order_seed": 58, "told": 2},
+        {"kind": "order_unrecorded", "seed": 9, "order_seed": 613, "told": 0, "eval_every": 8},
+        {"kind": "reshuffle_unrecorded", "seed": 5},
+        {"kind": "lr_drop", "seed": 1, "at": 20},
+        {"kind": "lr_drop", "seed": 30, "order_seed": 31, "at": 26, "eval_every": 4},
+        {"kind": "fine_tune", "seed": 21, "mask_seed": 1},
+        {"kind": "fine_tune", "seed": 700, "mask_seed": 3, "eval_every": 10, "dropout": 0.2},
+    ]
+
+
+def load_visible_targets() -> list[Target]:
+    """The visible runs to reproduce (each trained now, about 0.15 s a run), with their true settings."""
+    return [make_target(spec) for spec in visible_target_specs()]

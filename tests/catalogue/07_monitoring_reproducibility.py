@@ -275,6 +275,95 @@ def why_not_reproducible(run_a, run_b):
     return _KNOWN.get(run_a.manifest["run_id"], "reproducible")
 '''
 
+# --- exercise 7: reproduce (graded by the share of runs that train(settings) reproduces bit for bit)
+REPRODUCE_OK = '''
+def reproduce(manifest: dict, log: list) -> dict:
+    """The settings for trainkit.repro_runs.train whose log is `log`, bit for bit."""
+    # Trust the manifest for what only it records (task, model, optimiser, batch size) and the log for everything it
+    # shows; every seed is checked against the log, the recorded one first, then the pipelines' whole range.
+    cfg = manifest["config"]
+    rows = [row for row in log if "batch" in row]                   # one per optimiser step
+    steps, batch = len(rows), cfg["batch_size"]
+    settings = {"task": cfg["task"], **cfg["model"], "weight_decay": cfg["optim"]["weight_decay"],
+                "batch_size": batch, "steps": steps, "lr": rows[0]["lr"]}  # the lr the updates used
+    evals = [row["step"] for row in log if "val/loss" in row and 0 < row["step"] < steps]
+    settings["eval_every"] = evals[0] if evals else steps          # only at 0 and the end: any period >= steps
+    drop = next((row["step"] for row in rows if row["lr"] != rows[0]["lr"]), None)
+    if drop is not None:
+        settings["lr_drop_at"] = drop                              # a code change the manifest does not describe
+    data, loss_fn = task_data(cfg["task"])
+    n = len(data.y_train)
+
+    def candidates(recorded):
+        return ([recorded] if recorded is not None else []) + [s for s in SEED_RANGE if s != recorded]
+
+    def fingerprint(idx):
+        return hashlib.sha256(idx.numpy().tobytes()).hexdigest()[:12]
+
+    # the data order: the first minibatch is the start of the shuffle seed's permutation
+    recorded = cfg.get("data", {}).get("shuffle_seed")
+    settings["order_seed"] = next(s for s in candidates(recorded) if fingerprint(
+        torch.randperm(n, generator=torch.Generator().manual_seed(s))[:batch]) == rows[0]["batch"])
+    per_epoch = n // batch                                         # a new epoch starts a new permutation, or not
+    settings["reshuffle"] = steps <= per_epoch or rows[per_epoch]["batch"] != rows[0]["batch"]
+
+    def close(x, y):
+        return abs(x - y) <= 1e-5 * abs(y)
+
+    def check(seed_key, seed, key, steps_run):                     # the exact value, from train itself
+        return train({**settings, seed_key: seed, "steps": steps_run})[0][key] == log[0][key]
+
+    # the initial weights: named by init_from in a fine-tune, else told by the validation loss before any update
+    if "init_from" in cfg:
+        digest = cfg["init_from"].rsplit("init-", 1)[1].split(".")[0]
+        settings["init_seed"] = next(s for s in SEED_RANGE if hashlib.sha256(str(s).encode()).hexdigest()[:8] == digest)
+    else:
+        want = log[0]["val/loss"]
+        for seed in candidates(cfg.get("seed")):
+            model = build_model({**settings, "init_seed": seed}).eval()
+            with torch.no_grad():
+                if close(float(loss_fn(model(data.x_val), data.y_val)), want) and check("init_seed", seed, "val/loss", 0):
+                    settings["init_seed"] = seed
+                    break
+    # a fine-tune's dropout masks: told by the first minibatch's loss (in training mode)
+    if "init_from" in cfg:
+        idx = torch.randperm(n, generator=torch.Generator().manual_seed(settings["order_seed"]))[:batch]
+        x, y = data.x_train[idx], data.y_train[idx]
+        want = rows[0]["train/loss"]
+        for seed in candidates(cfg.get("seed")):
+            model = build_model({**settings, "mask_seed": seed})
+            with torch.no_grad():
+                loss = sum(float(loss_fn(model(x[k::SLICES]), y[k::SLICES], reduction="sum")) for k in range(SLICES))
+            if close(loss / len(y), want) and check("mask_seed", seed, "train/loss", 1):
+                settings["mask_seed"] = seed
+                break
+    return settings
+'''
+
+# The first reading: map the manifest's fields onto train's settings, trust the seeds it records and take the defaults
+# for what it does not record. It reproduces only the runs whose manifest is complete, right and evaluated every 5 steps.
+REPRO_NAIVE_MAPPING = '''
+def reproduce(manifest, log):
+    cfg = manifest["config"]
+    settings = {"task": cfg["task"], **cfg["model"], "lr": cfg["optim"]["lr"], "weight_decay": cfg["optim"]["weight_decay"],
+                "batch_size": cfg["batch_size"], "steps": cfg["steps"]}
+    if "seed" in cfg:
+        settings["init_seed"] = cfg["seed"]
+    if "data" in cfg:
+        settings["order_seed"] = cfg["data"]["shuffle_seed"]
+        settings["reshuffle"] = cfg["data"]["reshuffle_each_epoch"]
+    return settings
+'''
+
+# The hasty answer: reads eval_every, the lr and its drop from the log and searches a seed only where the manifest
+# records none, but takes every recorded seed and data setting on trust (and reshuffles where nothing is recorded).
+REPRO_TRUSTS_WHAT_IS_RECORDED = _swap(_swap(REPRODUCE_OK,
+    "        return ([recorded] if recorded is not None else []) + [s for s in SEED_RANGE if s != recorded]",
+    "        return [recorded] if recorded is not None else list(SEED_RANGE)"),
+    '''    settings["reshuffle"] = steps <= per_epoch or rows[per_epoch]["batch"] != rows[0]["batch"]''',
+    '''    settings["reshuffle"] = cfg.get("data", {}).get("reshuffle_each_epoch", True)''')
+VISIBLE_ONLY["reproduce"] = REPRO_TRUSTS_WHAT_IS_RECORDED
+
 BUGS = {
     # --- exercise 1: logged_train_step
     "step_logs_lr_after_scheduler": {"logged_train_step": _swap(STEP_OK, '''    lr = float(optimizer.param_groups[0]["lr"])
@@ -420,7 +509,24 @@ BUGS = {
     "repro_logs_only": {"why_not_reproducible": REPRO_LOGS_ONLY},
     "repro_loose_threshold": {"why_not_reproducible": REPRO_LOOSE_THRESHOLD},
     "repro_memorises_visible_pairs": {"why_not_reproducible": REPRO_MEMORISES_VISIBLE},
-    # --- exercise 7: self-check answers
+    # --- exercise 7: reproduce (each loses bands of its own exercise only)
+    "reproduce_trusts_recorded_seeds": {"reproduce": _swap(REPRODUCE_OK,
+        "        return ([recorded] if recorded is not None else []) + [s for s in SEED_RANGE if s != recorded]",
+        "        return [recorded] if recorded is not None else list(SEED_RANGE)")},
+    "reproduce_reshuffle_from_manifest": {"reproduce": _swap(REPRODUCE_OK,
+        '''    settings["reshuffle"] = steps <= per_epoch or rows[per_epoch]["batch"] != rows[0]["batch"]''',
+        '''    settings["reshuffle"] = cfg.get("data", {}).get("reshuffle_each_epoch", True)''')},
+    "reproduce_ignores_lr_drop": {"reproduce": _swap(REPRODUCE_OK, '''    if drop is not None:
+        settings["lr_drop_at"] = drop                              # a code change the manifest does not describe
+''', "")},
+    "reproduce_lr_from_manifest": {"reproduce": _swap(REPRODUCE_OK, '''"lr": rows[0]["lr"]}''',
+                                                      '''"lr": cfg["optim"]["lr"]}''')},
+    # the period of the visible pairs' runs, never read from the log
+    "reproduce_eval_every_default": {"reproduce": _swap(REPRODUCE_OK,
+        '''    settings["eval_every"] = evals[0] if evals else steps          # only at 0 and the end: any period >= steps''',
+        '''    settings["eval_every"] = 5                                     # the course's usual period''')},
+    "reproduce_naive_mapping": {"reproduce": REPRO_NAIVE_MAPPING},
+    # --- exercise 8: self-check answers
     "answer_q1_counts_evaluation": {"answers": _swap(ANSWERS_OK, "q1_tokens_per_s = 10240.0", "q1_tokens_per_s = 32 * 128 * 10 / 6.0")},
     "answer_q2_assumes_partition": {"answers": _swap(ANSWERS_OK, "q2_distinct_examples = 683.6", "q2_distinct_examples = 1000")},
     "answer_q3_lr_used": {"answers": _swap(ANSWERS_OK, "q3_logged_lr_at_step_0 = 2e-3 / 101", "q3_logged_lr_at_step_0 = 1e-3 / 101")},
@@ -429,8 +535,10 @@ BUGS = {
 
 # Correct, but written differently from the reference: the LR read from the scheduler, a meter that keeps a
 # list of counted steps, a manifest that hashes through numpy and a flattened diff, a torch.Generator per epoch
-# shared by all ranks, a checkpoint with mkstemp and numpy's state stored as plain values, and a diagnosis that reads
-# the logs as a table (numpy), measures differences in float32 ulps and rules out the causes that cannot explain them.
+# shared by all ranks, a checkpoint with mkstemp and numpy's state stored as plain values, a diagnosis that reads
+# the logs as a table (numpy), measures differences in float32 ulps and rules out the causes that cannot explain them,
+# and a reproduction that trusts no recorded seed and finds each one by replaying the first step bit for bit (its
+# minibatch's fingerprint, then its loss before the update) instead of the validation loss.
 ALTERNATIVE = {
     "logged_train_step": '''
 def logged_train_step(model, optimizer, scheduler, batch, step, logger, max_norm=1.0):
@@ -615,6 +723,55 @@ def why_not_reproducible(run_a, run_b):
     if seeds[0] != seeds[1] or abs(start[0] - start[1]) > 64 * float(np.spacing(np.float32(start[0]))):
         return "seed"
     return "data_order" if batches_a != batches_b else "seed"
+''',
+    "reproduce": '''
+def reproduce(manifest, log):
+    # Replays the first step: each seed is the one under which step 0 comes out bit for bit (its minibatch's
+    # fingerprint, then its loss before the update); nothing the manifest says of seeds or data is taken on trust.
+    cfg = manifest["config"]
+    steps = log[-1]["step"]
+    evaluated = [row["step"] for row in log if "val/loss" in row]
+    lrs = [row["lr"] for row in log[:steps]]
+    batch = cfg["batch_size"]
+    out = dict(task=cfg["task"], width=cfg["model"]["width"], depth=cfg["model"]["depth"],
+               dropout=cfg["model"]["dropout"], weight_decay=cfg["optim"]["weight_decay"], batch_size=batch,
+               steps=steps, lr=lrs[0], eval_every=evaluated[1] if len(evaluated) > 2 else steps)
+    lowered = [s for s, lr in enumerate(lrs) if lr != lrs[0]]
+    if lowered:
+        out["lr_drop_at"] = lowered[0]
+    data, loss_fn = task_data(cfg["task"])
+    n, per_epoch = len(data.y_train), len(data.y_train) // batch
+
+    def mark(idx):
+        return hashlib.sha256(idx.numpy().tobytes()).hexdigest()[:12]
+
+    def loader(seed):
+        return torch.Generator().manual_seed(seed)
+
+    out["order_seed"] = next(s for s in SEED_RANGE if mark(torch.randperm(n, generator=loader(s))[:batch]) == log[0]["batch"])
+    if steps > per_epoch:
+        g = loader(out["order_seed"])
+        torch.randperm(n, generator=g)
+        out["reshuffle"] = mark(torch.randperm(n, generator=g)[:batch]) == log[per_epoch]["batch"]
+    first = torch.randperm(n, generator=loader(out["order_seed"]))[:batch]
+    x, y = data.x_train[first], data.y_train[first]
+
+    def step0_loss(model):
+        with torch.no_grad():
+            parts = [loss_fn(model(x[k::SLICES]), y[k::SLICES], reduction="sum") / len(y) for k in range(SLICES)]
+        total = parts[0]
+        for part in parts[1:]:
+            total = total + part
+        return float(total)
+
+    if "init_from" in cfg:
+        table = {hashlib.sha256(str(s).encode()).hexdigest()[:8]: s for s in SEED_RANGE}
+        out["init_seed"] = table[cfg["init_from"].split("init-")[-1][:8]]
+        key = "mask_seed"
+    else:
+        key = "init_seed"
+    out[key] = next(s for s in SEED_RANGE if step0_loss(build_model({**out, key: s})) == log[0]["train/loss"])
+    return out
 ''',
     "answers": '''
 q1_tokens_per_s = 4096 * 10 / 4
