@@ -35,7 +35,7 @@ INSTRUCTOR_ONLY = {"grade", "sandbox", "guard", "preprocessors", "release", "edi
                    "cellflow", "prefix_worker", "runbank_check", "challenge_check", "setups_check",
                    # the hidden variants of the judgement exercises, one module per lab
                    "unstable_check", "repro_check", "fp16_check", "schedule_check", "tuning_check",
-                   "init_check"}
+                   "init_check", "preemption_check", "lending"}
 # Text that must never reach a student: nbgrader's markers around reference answers and hidden tests.
 FORBIDDEN = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 

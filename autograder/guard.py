@@ -29,16 +29,12 @@ MODULES = (
     "torch.optim.lr_scheduler", "torch.amp", "torch.amp.grad_scaler", "torch.linalg", "torch.testing",
     "lion_pytorch", "autograder.checks", "trainkit", "trainkit.models", "trainkit.data",
     "trainkit.gpt", "trainkit.corpus", "trainkit.runlog", "trainkit.train", "trainkit.train_config",
-    "trainkit.checkpoint", "trainkit.digits", "trainkit.runbank", "trainkit.broken_runs", "autograder.runbank_check",
-    "trainkit.broken_setups", "autograder.setups_check",
-    "trainkit.challenge", "autograder.challenge_check",
-    # the judgement exercises' variants: the student-visible module and the grader's hidden ones, one line per lab
-    "trainkit.unstable_runs", "autograder.unstable_check",
-    "trainkit.repro_runs", "autograder.repro_check",
-    "trainkit.fp16_runs", "autograder.fp16_check",
-    "trainkit.tuning", "autograder.tuning_check",
-    "trainkit.schedule_task", "autograder.schedule_check",
-    "trainkit.init_nets", "autograder.init_check",
+    "trainkit.checkpoint", "trainkit.digits", "trainkit.runbank", "trainkit.broken_runs", "trainkit.broken_setups",
+    "trainkit.challenge", "trainkit.preemption",
+    # the judgement exercises' visible variants; the grader's unseen ones are not watched: they are lent afresh to
+    # each test cell that loads them (autograder.lending), so nothing a solution cell did can have touched them
+    "trainkit.unstable_runs", "trainkit.repro_runs", "trainkit.fp16_runs", "trainkit.tuning", "trainkit.schedule_task",
+    "trainkit.init_nets",
 )
 # Classes whose methods a submission could patch to make comparisons pass.
 CLASSES = (

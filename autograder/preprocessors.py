@@ -5,6 +5,8 @@ from nbclient.exceptions import DeadKernelError
 from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 
+from autograder import lending
+
 KERNEL_DIED = "KernelDied"
 
 
@@ -38,6 +40,8 @@ class SafeExecute(Execute):
       rebinds or patches what the tests rely on does not change their verdict (see autograder/guard.py). What
       had to be restored is printed in the test cell's output. If the restore itself fails, the test cell is
       not run and scores 0 (fail closed).
+    - A test cell that imports the grader's unseen variants gets them lent for that cell only, and taken back
+      right after it (autograder/lending.py); the sandbox hides their files from every cell.
     """
 
     def preprocess(self, nb, resources=None, km=None):
@@ -71,18 +75,31 @@ class SafeExecute(Execute):
         if is_test:   # restore, then remember the namespace: one round trip to the kernel, not two
             ok, out = self._hidden("print(', '.join(_grader_guard.restore())); _grader_guard.before_locked()", index)
             if not ok:
-                why = f"the grader could not restore the grading environment before this test ({out})"
-                cell.outputs = [NotebookNode(output_type="error", ename="GraderGuardError", evalue=why,
-                                             traceback=[f"GraderGuardError: {why}"])]
-                return cell, resources
+                return self._refuse(cell, resources, f"restore the grading environment before this test ({out})")
             note = out.strip()
         else:
             self._hidden("_grader_guard.before_locked()", index)
+        lent = lending.imported_by(cell.source)
+        if lent:   # the unseen variants this cell loads, for this cell only (autograder/lending.py)
+            ok, out = self._hidden(lending.lend_code(lent), index)
+            if not ok:
+                self._hidden(lending.FORGET_CODE, index)
+                return self._refuse(cell, resources, f"lend this test the grader's unseen variants ({out})")
         cell, resources = super().preprocess_cell(cell, resources, index)
+        if lent:
+            self._hidden(lending.FORGET_CODE, index)
         self._hidden("_grader_guard.after_locked()", index)
         if note:
             cell.outputs.insert(0, NotebookNode(output_type="stream", name="stdout",
                                                 text=f"[grader] restored before this test: {note}\n"))
+        return cell, resources
+
+    @staticmethod
+    def _refuse(cell, resources, what: str):
+        """The test cell is not run and scores 0 (fail closed): the grader could not do ``what``."""
+        why = f"the grader could not {what}"
+        cell.outputs = [NotebookNode(output_type="error", ename="GraderGuardError", evalue=why,
+                                     traceback=[f"GraderGuardError: {why}"])]
         return cell, resources
 
     def preprocess_cell(self, cell, resources, index):

@@ -11,8 +11,8 @@ it needs no root wherever the kernel lets an ordinary account create user namesp
   UTS and user namespaces;
 - a read-only view of the whole file system, in which the course's reference solutions, the other submissions,
   the gradebook, the tests (bug catalogue, alternatives), feedback, grades and git history are replaced by
-  empty folders; /tmp and the other submissions' scratch folders are empty too; only the submission's own
-  scratch folder is writable;
+  empty folders, and the grader's unseen variants (``autograder.lending``) by empty files; /tmp and the other
+  submissions' scratch folders are empty too; only the submission's own scratch folder is writable;
 - no capabilities, and no way to gain any (bubblewrap sets ``no_new_privs``);
 - resource limits (``prlimit``): address space, CPU seconds and file size per process.
 
@@ -125,6 +125,17 @@ def wrap(cmd: list[str], course: Path, batch: Path, scratch: Path, limits: Limit
             mounts += ["--tmpfs", str(p)]
         elif p.exists():
             mounts += ["--ro-bind", "/dev/null", str(p)]
+    # The grader's unseen variants (autograder.lending): their modules and data read as empty, and the package's
+    # compiled caches (which hold them too) are replaced by an empty folder. The grader lends them to the test cells
+    # that load them.
+    from autograder import lending
+
+    package = lending.package_dir()
+    for path in lending.secret_files(package):
+        if path.exists():
+            mounts += ["--ro-bind", "/dev/null", str(path)]
+    if (package / "__pycache__").is_dir():
+        mounts += ["--tmpfs", str(package / "__pycache__")]
     limited = ["prlimit", f"--as={int(limits.memory_gb * 2**30)}", f"--cpu={limits.cpu_seconds}",
                f"--fsize={limits.file_mb * 2**20}", "--"]
     # A cell timeout interrupts the kernel with SIGINT to its process group, which holds bwrap's own (outer) process

@@ -1,0 +1,130 @@
+"""The grader's unseen variants: out of the sandbox's sight, lent to the test cells that load them, and taken back.
+
+The judgement exercises grade a student's code on variants the student never sees (``SECRET_MODULES``: the modules
+that build them and the data files they read). Inside the grading sandbox those files read as empty
+(``autograder.sandbox`` hides them), so no cell can import or open them. The grader (``SafeExecute``) lends them to
+each test cell whose code imports one: right before that cell it writes the modules and their data into a private
+temporary folder of the kernel and imports them from there (``lend``); right after it, it takes them back
+(``forget``): the folder is deleted, the modules leave ``sys.modules`` and the ``autograder`` package, the names the
+cell bound to their functions or classes leave the notebook, and the garbage is collected.
+
+So at no time can a solution cell import or open them, and the unseen variants' answers (a run's cause, a run's true
+settings) are in the kernel only while a test cell that calls no student function holds them: a hidden test that
+calls student code first strips the answers from the variants and calls ``forget`` itself (see lab 7). What cannot be
+protected inside one Python process: student code that runs during such a cell anyway (a thread started earlier, a
+hook on IPython's events) can read whatever is in memory then. The README says what is and is not protected.
+"""
+from __future__ import annotations
+
+import gc
+import re
+import shutil
+import sys
+import types
+from pathlib import Path
+
+# Module (autograder.<name>) -> the data files it reads next to it. Every module a hidden test imports, except the
+# check helpers (tests/test_lending.py holds the solutions to this).
+SECRET_MODULES = {
+    "init_check": (),
+    "schedule_check": ("schedule_unseen.json",),
+    "unstable_check": (),
+    "tuning_check": ("tuning_hidden.json",),
+    "fp16_check": (),
+    "runbank_check": ("runbank_unseen.json",),
+    "setups_check": ("setups_unseen.json",),
+    "repro_check": ("repro_unseen.json",),
+    "preemption_check": (),
+    "challenge_check": (),
+}
+_IMPORT = re.compile(r"^\s*(?:from\s+autograder\.(\w+)\s+import|import\s+autograder\.(\w+))", re.M)
+_LENT: dict[str, Path] = {}    # in the kernel: module name -> the folder it was lent from
+
+
+def package_dir() -> Path:
+    import autograder
+
+    return Path(autograder.__file__).resolve().parent
+
+
+def secret_files(package: Path | None = None) -> list[Path]:
+    """The files the sandbox hides: each secret module and its data (and their compiled caches, which the sandbox
+    hides with the whole ``__pycache__`` folder)."""
+    package = package or package_dir()
+    return [package / f for name, data in SECRET_MODULES.items() for f in (f"{name}.py", *data)]
+
+
+def imported_by(source: str) -> list[str]:
+    """The secret modules a cell's code imports (``from autograder.X import ...`` or ``import autograder.X``)."""
+    names = {a or b for a, b in _IMPORT.findall(source)}
+    return sorted(n for n in names if n in SECRET_MODULES)
+
+
+def lend_code(modules: list[str], package: Path | None = None) -> str:
+    """The hidden cell the grader runs before a test cell that imports ``modules``: read here (outside the sandbox),
+    handed to the kernel's ``lend``."""
+    package = package or package_dir()
+    files = {f: (package / f).read_text(encoding="utf-8")
+             for name in modules for f in (f"{name}.py", *SECRET_MODULES[name])}
+    return f"import autograder.lending as _grader_lending\n_grader_lending.lend({list(modules)!r}, {files!r})"
+
+
+FORGET_CODE = "import autograder.lending as _grader_lending\n_grader_lending.forget()"
+
+
+def lend(modules: list[str], files: dict[str, str]) -> None:
+    """In the kernel: write ``files`` to a private temporary folder and import ``modules`` from it as autograder.X."""
+    import importlib.util
+    import tempfile
+
+    import autograder
+
+    folder = Path(tempfile.mkdtemp(prefix="lent-"))
+    for name, text in files.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    for name in modules:
+        full = f"autograder.{name}"
+        spec = importlib.util.spec_from_file_location(full, folder / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[full] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(full, None)
+            raise
+        setattr(autograder, name, module)
+        _LENT[name] = folder
+
+
+def _from_lent(value, lent_names: set[str]) -> bool:
+    """A function, class or module that belongs to a lent module (what a hidden test's import bound)."""
+    if isinstance(value, types.ModuleType):
+        return value.__name__ in lent_names
+    return isinstance(value, (types.FunctionType, type)) and getattr(value, "__module__", None) in lent_names
+
+
+def forget() -> None:
+    """In the kernel: take back every lent module (also the ones a cell imported from disk outside grading, so a
+    hidden test behaves the same everywhere): out of ``sys.modules`` and the package, the names bound to their
+    functions, classes or the modules themselves out of the notebook, their folder deleted, the garbage collected."""
+    import autograder
+
+    names = {f"autograder.{n}" for n in SECRET_MODULES}
+    for full in names:
+        sys.modules.pop(full, None)
+    for name in SECRET_MODULES:
+        vars(autograder).pop(name, None)
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:
+        shell = None
+    if shell is not None:
+        ns = shell.user_ns
+        for key in [k for k, v in ns.items() if _from_lent(v, names)]:
+            del ns[key]
+    for folder in set(_LENT.values()):
+        shutil.rmtree(folder, ignore_errors=True)
+    _LENT.clear()
+    gc.collect()

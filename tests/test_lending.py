@@ -1,0 +1,212 @@
+"""The grader's unseen variants stay out of a submission's reach (autograder/lending.py).
+
+- Every instructor module a hidden test imports is lent (and so hidden by the sandbox), with every data file it reads.
+- In the grading sandbox those files cannot be read (nor their modules imported).
+- A snooping submission of lab 7, whose answers look for the true answer everywhere a student's code could look
+  (the notebook's variables, an import of the grader's module, its data file, every object in memory), finds it
+  for the visible runs (which come with their answers: the snooping works) and for none of the unseen ones: it
+  scores 0 on both judgement exercises, while the visible part of their first band passes.
+"""
+from __future__ import annotations
+
+import ast
+import math
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from autograder import lending, sandbox
+from autograder import notebooks as nbu
+from course import ROOT, cell_scores, make_course, release_nb, run_grade, source_nb, submit
+
+SNOOPED_LAB = "07_monitoring_reproducibility"
+
+
+def hidden_parts(cell_source: str) -> str:
+    return "\n".join(re.findall(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", cell_source, re.S))
+
+
+def test_every_instructor_module_a_hidden_test_imports_is_lent_with_its_data():
+    imported = set()
+    for nb in sorted((ROOT / "solutions").glob("*/*.ipynb")):
+        for cell in nbu.read(nb).cells:
+            if cell.cell_type == "code":
+                found = re.findall(r"(?:from|import)\s+autograder\.(\w+)", hidden_parts(cell.source))
+                imported |= set(found)
+    assert imported - {"checks", "lending"} <= set(lending.SECRET_MODULES), \
+        f"hidden tests import instructor modules that are not lent: {imported - {'checks', 'lending'} - set(lending.SECRET_MODULES)}"
+    package = lending.package_dir()
+    for name, data in lending.SECRET_MODULES.items():
+        source = (package / f"{name}.py").read_text(encoding="utf-8")
+        read = set(re.findall(r"with_name\(\"([\w.]+)\"\)", source))
+        assert read == set(data), f"autograder/{name}.py reads {sorted(read)}; lending lends it {sorted(data)}"
+        assert all((package / f).is_file() for f in data), name
+    assert lending.imported_by("x = 1\nfrom autograder.repro_check import load_unseen as l\n"
+                               "import autograder.init_check\nfrom autograder.checks import expect") == \
+        ["init_check", "repro_check"]
+
+
+# Test cells that hold a lent module while they call student code on purpose, and why that is safe enough (README,
+# "The unseen variants").
+MAY_RUN_STUDENT_CODE = {
+    "test_find_broken_part__repaired_70": "trains the repaired setups, whose parts are the student's (not protected)",
+    "test_find_broken_part__repaired_85": "as repaired_70",
+    "test_find_broken_part__repaired_95": "as repaired_70",
+    "test_save_interval__sound": "the student's interval for the grader's fault settings, which hold no answer",
+    "test_save_interval__near_best": "as save_interval__sound",
+    "test_save_interval__best": "as save_interval__sound",
+    "test_challenge_entry__learns": "the student's challenge entry, run on the grader's seed, which holds no answer",
+    "test_challenge_entry__preset": "as challenge_entry__learns",
+    "test_challenge_entry__tuned": "as challenge_entry__learns",
+}
+
+
+def _calls_student_code(nb) -> set[str]:
+    """The names of the notebook's functions that may call a student's: the solution cells' functions, and every
+    function of a read-only cell whose body names one of those (to a fixed point)."""
+    defs = {}
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(nbu.strip_solution_markers(cell.source))
+        except SyntaxError:
+            continue
+        solution = bool(cell.get("metadata", {}).get("nbgrader", {}).get("solution"))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+                defs[node.name] = (solution, names)
+    tainted = {name for name, (solution, _) in defs.items() if solution}
+    while True:
+        more = {name for name, (_, names) in defs.items() if names & tainted} - tainted
+        if not more:
+            return tainted
+        tainted |= more
+
+
+def test_no_test_cell_calls_student_code_while_it_holds_a_lent_module():
+    """A test cell that imports a lent module calls no function that may run the student's code before it calls
+    forget() (lending.forget: the module leaves the kernel), or at all if it never does (unless listed above)."""
+    for path in sorted((ROOT / "solutions").glob("*/*.ipynb")):
+        nb = nbu.read(path)
+        tainted = _calls_student_code(nb)
+        for cell in nb.cells:
+            gid = nbu.grade_id(cell)
+            if cell.cell_type != "code" or not lending.imported_by(cell.source) or gid in MAY_RUN_STUDENT_CODE:
+                continue
+            tree = ast.parse(cell.source)
+            calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+            forgets = [n.lineno for n in calls if isinstance(n.func, ast.Name) and n.func.id == "forget"]
+            until = min(forgets) if forgets else math.inf
+            early = sorted({n.func.id for n in calls if isinstance(n.func, ast.Name) and n.func.id in tainted
+                            and n.lineno < until})
+            assert not early, f"{path.parent.name} {gid}: calls {early} while the grader's module is lent"
+    assert set(MAY_RUN_STUDENT_CODE) <= {nbu.grade_id(c) for p in (ROOT / "solutions").glob("*/*.ipynb")
+                                         for c in nbu.read(p).cells}, "MAY_RUN_STUDENT_CODE names cells that are gone"
+
+
+def test_the_sandbox_shows_no_lent_file(tmp_path):
+    if not sandbox.available()[0]:
+        pytest.skip(f"grading sandbox unavailable here: {sandbox.available()[1]}")
+    course, scratch = make_course(tmp_path), tmp_path / "batch" / "scratch"
+    scratch.mkdir(parents=True)
+    files = [str(p) for p in lending.secret_files()]
+    probe = ("import sys\n"
+             "def size(f):\n    try:\n        return len(open(f, 'rb').read())\n    except OSError:\n        return 0\n"
+             "try:\n    import autograder.repro_check as m\n    found = hasattr(m, 'load_unseen')\n"
+             "except Exception:\n    found = False\n"
+             "print([size(f) for f in sys.argv[1:]], found)")
+    cmd = sandbox.wrap([sys.executable, "-c", probe, *files], course, tmp_path / "batch", scratch, sandbox.Limits())
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"{[0] * len(files)} False", f"unreadable or empty, and not importable: {proc.stdout}"
+    assert all(Path(f).stat().st_size > 0 for f in files), "outside the sandbox the files are there"
+
+
+# What a snooping student could write: look for the answer to the run in hand wherever it might be, and answer with it.
+SNOOP = '''
+import gc as _gc
+import glob as _glob
+import importlib as _importlib
+import json as _json
+
+_FOUND, _SCANS = {}, []
+
+
+def _places():
+    yield from globals().values()                                      # the notebook's variables
+    try:                                                               # the grader's module, by name
+        _module = _importlib.import_module("autograder.repro_check")
+        yield _module.load_unseen()
+        yield _module.load_hidden_targets()
+    except Exception:
+        pass
+    import autograder as _package
+    for _path in _glob.glob(_package.__path__[0] + "/repro_unseen.json") + _glob.glob("/tmp/**/repro_unseen.json",
+                                                                                      recursive=True):
+        try:                                                           # its data file, or a lent copy of it
+            from trainkit.repro_runs import load_pairs as _load_pairs
+            yield _load_pairs(_path)
+        except Exception:
+            pass
+    yield [o for o in _gc.get_objects() if type(o).__name__ in ("Pair", "Target")]   # everything in memory
+
+
+def _key(*parts):
+    return _json.dumps(parts, sort_keys=True, default=str)
+
+
+def _snoop(key):
+    """The answer for what `key` names, from everything found; looks again (at most 3 times) on a miss."""
+    if key not in _FOUND and len(_SCANS) < 3:
+        _SCANS.append(1)
+        for _place in _places():
+            for _item in (_place if isinstance(_place, (list, tuple)) else [_place]):
+                _pair_label = getattr(_item, "label", None)
+                _settings = getattr(_item, "settings", None)
+                if _pair_label and hasattr(_item, "a"):
+                    _FOUND[_key(_item.a.manifest, _item.a.log, _item.b.manifest, _item.b.log)] = _pair_label
+                elif _settings and hasattr(_item, "log"):
+                    _FOUND[_key(_item.manifest, _item.log)] = _settings
+    return _FOUND.get(key)
+
+
+def why_not_reproducible(run_a, run_b):
+    return _snoop(_key(run_a.manifest, run_a.log, run_b.manifest, run_b.log)) or "reproducible"
+
+
+def reproduce(manifest, log):
+    return _snoop(_key(manifest, log)) or {}
+'''
+
+
+@pytest.mark.xdist_group("lending")
+def test_a_snooping_submission_finds_the_answers_to_the_visible_runs_only():
+    if not sandbox.available()[0]:
+        pytest.skip(f"grading sandbox unavailable here: {sandbox.available()[1]}")
+    base = Path(tempfile.mkdtemp(prefix="lending-", dir="/var/tmp"))   # outside /tmp, which the sandbox empties
+    try:
+        course = make_course(base)
+        release, reference = release_nb(SNOOPED_LAB), nbu.reference_answers(source_nb(SNOOPED_LAB))
+        submit(course, "snoop", SNOOPED_LAB, nbu.fill(release, {**reference, "why_not_reproducible": SNOOP,
+                                                                "reproduce": SNOOP}))
+        proc = run_grade(course, "--assignment", SNOOPED_LAB, "--jobs", "1")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        scores = cell_scores(course, "snoop", SNOOPED_LAB)
+        for exercise in ("why_not_reproducible", "reproduce"):
+            bands = {k: v for k, v in scores.items() if k.startswith(f"test_{exercise}__") and v[1]}
+            assert bands and not any(got for got, _ in bands.values()), f"{exercise}: snooping earned {bands}"
+        graded = nbu.read(next((course / "autograded" / "snoop" / SNOOPED_LAB).glob("*.ipynb")))
+        first_bands = {nbu.grade_id(c): "".join(str(o.get("evalue", "")) for o in c.outputs) for c in graded.cells
+                       if nbu.grade_id(c) in ("test_why_not_reproducible__accuracy_70", "test_reproduce__share_60")}
+        for gid, error in first_bands.items():   # the visible part passed (snooping found those answers)
+            assert "the grader's unseen" in error and "the visible" not in error, f"{gid}: {error[:600]}"
+        assert len(first_bands) == 2
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
