@@ -1,6 +1,7 @@
 """Helpers for the autograder proofs: a throw-away copy of the course and submissions in it."""
 from __future__ import annotations
 
+import copy
 import importlib.util
 import shutil
 import subprocess
@@ -20,6 +21,35 @@ ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir(
 # It has every part those tests need: a catalogued bug in its first exercise, a written answer worth 2 points and a
 # last code cell.
 FASTEST_LAB = "05_mixed_precision"
+# Those tests prove things about the grader, not about the lab, so they grade a light edition of it (light()): without
+# its judgement exercise (LIGHT_CUT: from the cell that opens it to the one that opens the next), which trains about 50
+# runs and is most of the lab's grading time. The whole lab is graded by tests/test_autograder.py.
+LIGHT_CUT = ("## Exercise 5", "## Exercise 6")
+
+
+def light(nb):
+    """A copy of one of FASTEST_LAB's notebooks (source or release) without the cells of LIGHT_CUT."""
+    out = copy.deepcopy(nb)
+    opens = [i for i, c in enumerate(out.cells) if c.cell_type == "markdown" and c.source.startswith(LIGHT_CUT)]
+    (start, _), (end, _) = sorted((i, out.cells[i].source.startswith(LIGHT_CUT[1])) for i in opens)
+    out.cells = out.cells[:start] + out.cells[end:]
+    return out
+
+
+def light_source():
+    return light(source_nb(FASTEST_LAB))
+
+
+def light_release():
+    return light(release_nb(FASTEST_LAB))
+
+
+def place_light_lab(course: Path) -> None:
+    """Put the light edition of FASTEST_LAB in course/solutions and course/labs (over the whole one, if there)."""
+    name = notebook_name(FASTEST_LAB)
+    for folder, nb in (("solutions", light_source()), ("labs", light_release())):
+        (course / folder / FASTEST_LAB).mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, str(course / folder / FASTEST_LAB / name))
 
 
 def notebook_name(assignment: str) -> str:
@@ -55,13 +85,16 @@ def first_bug(assignment: str) -> tuple[str, dict[str, str]]:
     raise AssertionError(f"{assignment}: no catalogued bug changes a single solution cell")
 
 
-def make_course(tmp: Path) -> Path:
-    """A copy of the course's grading inputs (config, solutions, labs) in ``tmp``."""
+def make_course(tmp: Path, light_lab: bool = False) -> Path:
+    """A copy of the course's grading inputs (config, solutions, labs) in ``tmp``; with ``light_lab``, FASTEST_LAB is
+    its light edition."""
     course = tmp / "course"
     course.mkdir()
     shutil.copy(ROOT / "nbgrader_config.py", course)
     shutil.copytree(ROOT / "solutions", course / "solutions")
     shutil.copytree(ROOT / "labs", course / "labs")
+    if light_lab:
+        place_light_lab(course)
     return course
 
 

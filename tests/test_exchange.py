@@ -33,7 +33,7 @@ import nbformat
 import pytest
 
 from autograder import notebooks as nbu
-from course import FASTEST_LAB, ROOT, notebook_name, release_nb, source_nb
+from course import FASTEST_LAB, ROOT, light_release, light_source, notebook_name, place_light_lab
 
 LAB = FASTEST_LAB
 COURSE_ID = "training-infra"
@@ -174,8 +174,7 @@ def test_release_fetch_submit_collect_grade_feedback_round_trip(two_users):
     course = instructor_home / "course"
     (course / "solutions").mkdir(parents=True)
     (course / "labs").mkdir()
-    shutil.copytree(ROOT / "solutions" / LAB, course / "solutions" / LAB)
-    shutil.copytree(ROOT / "labs" / LAB, course / "labs" / LAB)
+    place_light_lab(course)
     config = (ROOT / "nbgrader_config.py").read_text(encoding="utf-8")
     (course / "nbgrader_config.py").write_text(config + f"\nc.Exchange.root = {str(exchange)!r}\n", encoding="utf-8")
     subprocess.run(["chown", "-R", f"{instructor}:{instructor}", str(course)], check=True)
@@ -186,7 +185,7 @@ def test_release_fetch_submit_collect_grade_feedback_round_trip(two_users):
         f"c.Exchange.root = {str(exchange)!r}\n"
         "c.Exchange.path_includes_course = True\n", encoding="utf-8")
     # What the student will type in: an answer to the first exercise and to the written question, nothing else.
-    source, release = source_nb(LAB), release_nb(LAB)
+    source, release = light_source(), light_release()
     reference = nbu.reference_answers(source)
     first = next(iter(reference))
     written = next(g for g, c in nbu.solution_cells(source).items() if c.cell_type == "markdown")

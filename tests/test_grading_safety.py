@@ -1,9 +1,9 @@
 """Grading a class safely: hostile and careless submissions, graded in parallel, each with its expected outcome.
 
-One grading run of the fastest lab (course.FASTEST_LAB) holds the whole catalogue below, graded with `make grade`'s CLI,
-two submissions at a time, in a course folder outside /tmp (the sandbox hides all of /tmp, which would make
-"the solutions are hidden" trivially true). For each submission: the score it must get, and that nothing
-else was harmed (the other submissions' scores, the gradebook, the course folder, the grading machine).
+One grading run of the light edition (course.light) of the fastest lab (course.FASTEST_LAB) holds the whole catalogue
+below, graded with `make grade`'s CLI, two submissions at a time, in a course folder outside /tmp (the sandbox hides all
+of /tmp, which would make "the solutions are hidden" trivially true). For each submission: the score it must get, and
+that nothing else was harmed (the other submissions' scores, the gradebook, the course folder, the grading machine).
 Then regrading: idempotent, parallel == sequential, a resubmission replaces the old grade, and a manual grade
 survives a regrade while the written answer is unchanged.
 """
@@ -22,7 +22,8 @@ import pytest
 
 from autograder import notebooks as nbu
 from autograder import sandbox
-from course import FASTEST_LAB, cell_scores, first_bug, make_course, release_nb, run_grade, source_nb, submit
+from course import (FASTEST_LAB, cell_scores, first_bug, light_release, light_source, make_course, run_grade,
+                    submit)
 
 ASSIGNMENT = FASTEST_LAB
 CELL_TIMEOUT = 15  # seconds before a cell that hangs is interrupted (it then scores 0)
@@ -86,7 +87,7 @@ def hostile_submissions(course: Path, port: int, unix_path: str) -> dict[str, di
 
     The code goes before the reference answer of its cell (the cell fails before defining anything), except in
     the last cell, where it goes after (kernel deaths: the cells graded before it must keep their scores)."""
-    source = source_nb(ASSIGNMENT)
+    source = light_source()
     first, *_, last = code_solution_ids(source)
     solution_path = course / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
     return {
@@ -134,7 +135,7 @@ TAMPERING = {
 def first_exercise_bug() -> tuple[str, str]:
     """(solution cell, wrong source) of the catalogue's first bug of the first exercise (course.first_bug)."""
     ((first, wrong),) = first_bug(ASSIGNMENT)[1].items()
-    assert first == code_solution_ids(source_nb(ASSIGNMENT))[0], f"{ASSIGNMENT}'s first exercise should have a catalogued bug"
+    assert first == code_solution_ids(light_source())[0], f"{ASSIGNMENT}'s first exercise should have a catalogued bug"
     return first, wrong
 
 
@@ -145,8 +146,8 @@ def graded_class():
     base = Path(tempfile.mkdtemp(prefix="grading-safety-", dir="/var/tmp"))
     server = LoopbackServer()
     try:
-        course = make_course(base)
-        release, source = release_nb(ASSIGNMENT), source_nb(ASSIGNMENT)
+        course = make_course(base, light_lab=True)
+        release, source = light_release(), light_source()
         reference = nbu.reference_answers(source)
         last = code_solution_ids(source)[-1]
         for student, extra in hostile_submissions(course, server.port, server.unix_path).items():
@@ -207,7 +208,7 @@ def test_harmless_oddities_keep_full_marks(graded_class, student):
 def test_a_failure_in_the_first_exercise_costs_only_that_exercise(graded_class, student):
     course, _, _ = graded_class
     points = exercise_points(course, student)
-    first = code_solution_ids(source_nb(ASSIGNMENT))[0]
+    first = code_solution_ids(light_source())[0]
     assert points[first][0] == 0, f"{student}: {first} should score 0, got {points[first]}"
     others = {k: v for k, v in points.items() if k != first}
     assert full(others), f"{student}: the other exercises should keep full marks: {others}"
@@ -217,7 +218,7 @@ def test_a_failure_in_the_first_exercise_costs_only_that_exercise(graded_class, 
 def test_a_dead_kernel_costs_the_cells_from_there_on_with_a_reason(graded_class, student):
     course, _, _ = graded_class
     points = exercise_points(course, student)
-    last = code_solution_ids(source_nb(ASSIGNMENT))[-1]
+    last = code_solution_ids(light_source())[-1]
     assert points[last][0] == 0, f"{student}: {points}"
     before = {k: v for k, v in points.items() if k != last}
     assert full(before), f"{student}: exercises graded before the kernel died should keep their marks: {before}"
@@ -228,7 +229,7 @@ def test_a_dead_kernel_costs_the_cells_from_there_on_with_a_reason(graded_class,
 def test_tampering_cannot_turn_a_wrong_answer_into_marks(graded_class, student):
     course, _, _ = graded_class
     points = exercise_points(course, student)
-    first = code_solution_ids(source_nb(ASSIGNMENT))[0]
+    first = code_solution_ids(light_source())[0]
     assert points[first][0] < points[first][1], f"{student}: a wrong {first} kept full marks: {points[first]}"
     assert full({k: v for k, v in points.items() if k != first}), f"{student}: {points}"
     if student != "wrong_answer":
@@ -255,13 +256,13 @@ def test_regrading_is_idempotent_parallel_equals_sequential_and_keeps_manual_gra
 
     course, _, _ = graded_class
     before = {s: cell_scores(course, s, ASSIGNMENT) for s in ("perfect", "blank", "syntax_error")}
-    written = next(g for g, c in nbu.solution_cells(source_nb(ASSIGNMENT)).items() if c.cell_type == "markdown")
+    written = next(g for g, c in nbu.solution_cells(light_source()).items() if c.cell_type == "markdown")
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         grade = gb.find_grade(written, ASSIGNMENT, ASSIGNMENT, "perfect")
         grade.manual_score, grade.needs_manual_grade = 1.5, False
         gb.db.commit()
     # the blank student resubmits a complete notebook; everyone else is regraded unchanged, one at a time
-    release, reference = release_nb(ASSIGNMENT), nbu.reference_answers(source_nb(ASSIGNMENT))
+    release, reference = light_release(), nbu.reference_answers(light_source())
     submit(course, "blank", ASSIGNMENT, nbu.fill(release, reference))
     for student in [p.name for p in (course / "submitted").iterdir()]:
         if student not in before:
@@ -317,8 +318,8 @@ def test_a_failure_of_the_graders_own_keeps_the_previous_grade_and_feedback(grad
 def test_where_no_sandbox_can_be_made_grade_grades_nothing_and_says_why(tmp_path):
     """Never silently unsandboxed: a bwrap that cannot make the sandbox (here: one that always fails) stops make grade
     before any submission runs; the gradebook, feedback and grades stay as they were (none yet)."""
-    course = make_course(tmp_path)
-    submit(course, "someone", ASSIGNMENT, release_nb(ASSIGNMENT))
+    course = make_course(tmp_path, light_lab=True)
+    submit(course, "someone", ASSIGNMENT, light_release())
     proc = subprocess.run([sys.executable, "-m", "autograder.grade", "--course-dir", str(course)], capture_output=True,
                           text=True, cwd=course, env={**os.environ, "GRADER_BWRAP": shutil.which("false")})
     assert proc.returncode == 3, (proc.returncode, proc.stdout, proc.stderr)

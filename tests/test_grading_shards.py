@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from autograder import notebooks as nbu
-from course import FASTEST_LAB, first_bug, make_course, release_nb, source_nb, submit
+from course import FASTEST_LAB, first_bug, light_release, light_source, make_course, submit
 
 LAB = FASTEST_LAB
 STUDENTS = ("ada", "bo", "cy", "di")
@@ -71,11 +71,11 @@ def postgres():
 def class_course(tmp: Path, db_url: str | None) -> Path:
     """Four submissions of the fastest lab: two reference answers, the first catalogued bug, the untouched release."""
     tmp.mkdir()
-    course = make_course(tmp)
+    course = make_course(tmp, light_lab=True)
     if db_url:
         with open(course / "nbgrader_config.py", "a", encoding="utf-8") as config:
             config.write(f"\nc.CourseDirectory.db_url = {db_url!r}\n")
-    release, reference = release_nb(LAB), nbu.reference_answers(source_nb(LAB))
+    release, reference = light_release(), nbu.reference_answers(light_source())
     answers = {"ada": reference, "bo": {**reference, **first_bug(LAB)[1]}, "cy": {}, "di": reference}
     for student in STUDENTS:
         submit(course, student, LAB, nbu.fill(release, answers[student]))

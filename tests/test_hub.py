@@ -32,7 +32,7 @@ import pytest
 import requests
 
 from autograder import notebooks as nbu
-from course import ROOT, notebook_name, release_nb, source_nb
+from course import ROOT, light_release, light_source, notebook_name, place_light_lab
 from test_exchange import COURSE_ID, LAB, reachable, two_users  # noqa: F401 (two_users: the fixture)
 
 PASSWORD = "a-class-password"
@@ -111,8 +111,7 @@ def hub(two_users):  # noqa: F811
     instructor, instructor_home = users.add("inst")
     students = [users.add("stud") for _ in range(2)]
     course = instructor_home / "course"
-    for part in ("solutions", "labs"):
-        shutil.copytree(ROOT / part / LAB, course / part / LAB)
+    place_light_lab(course)
     for name in ("nbgrader_config.py", "Makefile", "pyproject.toml"):   # timestamps kept: the venv is up to date
         shutil.copy2(ROOT / name, course)
     (course / ".venv").symlink_to(Path(sys.prefix).resolve())
@@ -180,7 +179,7 @@ def test_a_class_round_trip_through_the_hub(hub):
         assert LAB in [a["name"] for a in instructor.formgrader("GET", "/assignments")]
 
         # Students fetch through their Assignment List; the first answers the first exercise; both submit.
-        source, release = source_nb(LAB), release_nb(LAB)
+        source, release = light_source(), light_release()
         reference = nbu.reference_answers(source)
         first = next(iter(reference))
         for i, student in enumerate(students):
