@@ -1,7 +1,7 @@
 """The grader's unseen variants: out of the sandbox's sight, lent to the test cells that load them, and taken back.
 
 The judgement exercises grade a student's code on variants the student never sees (``SECRET_MODULES``: the modules
-that build them and the data files they read). Inside the grading sandbox those files read as empty
+that build them and the data files they read). Inside the grading sandbox those files cannot be read
 (``autograder.sandbox`` hides them), so no cell can import or open them. The grader (``SafeExecute``) lends them to
 each test cell whose code imports one: right before that cell it writes the modules and their data into a private
 temporary folder of the kernel and imports them from there (``lend``); right after it, it takes them back
@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import gc
 import re
-import shutil
 import sys
 import types
 from pathlib import Path
+from shutil import rmtree
 
 # Module (autograder.<name>) -> the data files it reads next to it. Every module a hidden test imports, except the
-# check helpers (tests/test_lending.py holds the solutions to this).
+# check helpers and this one (tests/test_lending.py checks the solutions' hidden tests against this list).
 SECRET_MODULES = {
     "init_check": (),
     "schedule_check": ("schedule_unseen.json",),
@@ -86,6 +86,7 @@ def lend(modules: list[str], files: dict[str, str]) -> None:
         full = f"autograder.{name}"
         spec = importlib.util.spec_from_file_location(full, folder / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
+        _LENT[name] = folder
         sys.modules[full] = module
         try:
             spec.loader.exec_module(module)
@@ -93,7 +94,6 @@ def lend(modules: list[str], files: dict[str, str]) -> None:
             sys.modules.pop(full, None)
             raise
         setattr(autograder, name, module)
-        _LENT[name] = folder
 
 
 def _from_lent(value, lent_names: set[str]) -> bool:
@@ -125,6 +125,6 @@ def forget() -> None:
         for key in [k for k, v in ns.items() if _from_lent(v, names)]:
             del ns[key]
     for folder in set(_LENT.values()):
-        shutil.rmtree(folder, ignore_errors=True)
+        rmtree(folder, ignore_errors=True)
     _LENT.clear()
     gc.collect()

@@ -2,8 +2,9 @@
 
 - Every instructor module a hidden test imports is lent (and so hidden by the sandbox), with every data file it reads.
 - In the grading sandbox those files cannot be read (nor their modules imported).
-- A snooping submission of lab 7, whose answers look for the true answer everywhere a student's code could look
-  (the notebook's variables, an import of the grader's module, its data file, every object in memory), finds it
+- A snooping submission of lab 7, which first tries to keep the grader from taking back what it lends, and whose
+  answers look for the true answer everywhere a student's code could look (the notebook's variables, an import of the
+  grader's module, its data file or a lent copy, every object in memory), finds it
   for the visible runs (which come with their answers: the snooping works) and for none of the unseen ones: it
   scores 0 on both judgement exercises, while the visible part of their first band passes.
 """
@@ -135,6 +136,16 @@ import gc as _gc
 import glob as _glob
 import importlib as _importlib
 import json as _json
+import shutil as _shutil
+import sys as _sys
+import types as _types
+
+# First keep what the grader lends from being taken back: a stand-in for its lending module whose forget does
+# nothing, and no deleting or collecting (the grader puts all of these back before each test cell).
+_stand_in = _types.ModuleType("autograder.lending")
+_stand_in.lend, _stand_in.forget = getattr(_sys.modules.get("autograder.lending"), "lend", None), lambda: None
+_sys.modules["autograder.lending"] = _stand_in
+_shutil.rmtree, _gc.collect = (lambda *a, **k: None), (lambda *a, **k: 0)
 
 _FOUND, _SCANS = {}, []
 
