@@ -30,8 +30,8 @@ LIGHT_CUT = ("## Exercise 5", "## Exercise 6")
 def light(nb):
     """A copy of one of FASTEST_LAB's notebooks (source or release) without the cells of LIGHT_CUT."""
     out = copy.deepcopy(nb)
-    opens = [i for i, c in enumerate(out.cells) if c.cell_type == "markdown" and c.source.startswith(LIGHT_CUT)]
-    (start, _), (end, _) = sorted((i, out.cells[i].source.startswith(LIGHT_CUT[1])) for i in opens)
+    start, end = (next(i for i, c in enumerate(out.cells) if c.cell_type == "markdown" and c.source.startswith(heading))
+                  for heading in LIGHT_CUT)
     out.cells = out.cells[:start] + out.cells[end:]
     return out
 

@@ -23,13 +23,14 @@ import pytest
 
 from autograder import lending, sandbox
 from autograder import notebooks as nbu
+from autograder.feedback import HIDDEN
 from course import ROOT, cell_scores, make_course, release_nb, run_grade, source_nb, submit
 
 SNOOPED_LAB = "07_monitoring_reproducibility"
 
 
 def hidden_parts(cell_source: str) -> str:
-    return "\n".join(re.findall(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", cell_source, re.S))
+    return "\n".join(m.group(0) for m in HIDDEN.finditer(cell_source))
 
 
 def test_every_instructor_module_a_hidden_test_imports_is_lent_with_its_data():
@@ -39,6 +40,7 @@ def test_every_instructor_module_a_hidden_test_imports_is_lent_with_its_data():
             if cell.cell_type == "code":
                 found = re.findall(r"(?:from|import)\s+autograder\.(\w+)", hidden_parts(cell.source))
                 imported |= set(found)
+    assert {"repro_check", "runbank_check", "init_check"} <= imported, f"the hidden tests' imports were not found: {imported}"
     assert imported - {"checks", "lending"} <= set(lending.SECRET_MODULES), \
         f"hidden tests import instructor modules that are not lent: {imported - {'checks', 'lending'} - set(lending.SECRET_MODULES)}"
     package = lending.package_dir()
