@@ -79,8 +79,9 @@ lab: my-work
 	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --ServerApp.port_retries=0 \
 	  --ServerApp.root_dir=$(CURDIR) --LabApp.news_url=None $(ALLOW_ROOT)
 
-# The solution notebooks run under nbgrader itself there (tests/test_autograder.py: full marks, and no cell of the
-# reference fails), so nbval runs the lessons; `make test-notebooks` runs both (CI: on another kernel path).
+# The solution notebooks run under nbgrader itself there (tests/test_autograder.py: full marks outside one planted bug,
+# and no cell it cannot reach fails), so nbval runs the lessons; `make test-notebooks` runs both (CI: on another
+# kernel path), every cell of every solution included.
 test: install
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup --nbval-lax --nbval-current-env \
 	  --nbval-cell-timeout=600 tests lessons

@@ -125,22 +125,46 @@ def statements(source: str) -> list[tuple[set, set, set]]:
     return out
 
 
+def _callables(source: str) -> list[tuple[set, set]]:
+    """[(names read when called, names bound)] per top-level statement of a cell that defines a function, a class or
+    a lambda: what it reads is read again at every call, whenever that is."""
+    out = []
+    for s, (uses, binds, _) in zip(ast.parse(source).body, statements(source)):
+        if any(isinstance(n, FUNCS + (ast.ClassDef,)) for n in ast.walk(s)):
+            out.append((uses, binds))
+    return out
+
+
 def affected_cells(sources: list[str], changed: set[int]) -> set[int]:
     """Indices of the cells from the first changed one on whose result can depend on the changed cells: a cell is
-    affected when one of its statements reads a name that a changed or affected statement bound."""
+    affected when one of its statements reads a name that a changed or affected statement bound. A function or class
+    reads its names when it is called, not when it is defined: once a name it reads is tainted, so is the name it is
+    bound to, wherever it was defined (a helper defined before the changed cell that calls the changed function)."""
     first = min(changed)
     tainted, hit = set(), set()
+    try:
+        callables = [c for i in range(len(sources)) for c in _callables(sources[i])]
+    except SyntaxError:
+        return set(range(first, len(sources)))
+
+    def spread():
+        grew = True
+        while grew:
+            grew = False
+            for uses, binds in callables:
+                if uses & tainted and not binds <= tainted:
+                    tainted.update(binds)
+                    grew = True
+
     for i in range(first, len(sources)):
         if 'globals()' in sources[i] or 'get_ipython' in sources[i]:
             hit.add(i)
-        try:
-            flow = statements(sources[i])
-        except SyntaxError:
-            return set(range(first, len(sources)))
+        flow = statements(sources[i])
         for uses, binds, surely in flow:
             if i in changed or uses & tainted:
                 hit.add(i)
                 tainted |= binds
+                spread()
             else:
                 tainted -= surely
     return hit

@@ -1,15 +1,20 @@
 """Proof of the autograder, per assignment, through the real `make grade` pipeline (nbgrader).
 
-A grading run (the parallel grader, as `make grade` runs it) holds, for each assignment, four submissions:
-  perfect      the reference solution typed into the student notebook,  -> full autograded marks, no cell raises
-               with a warning emitted from every test cell (a chatty       (lab 8: its challenge re-run verified
-               library's: nbgrader alone would give such cells 0)          by the grader and on the leaderboard)
+A grading run (the parallel grader, as `make grade` runs it) holds, for each assignment, three submissions:
+  buggy        the reference solution typed into the student notebook,  -> loses points in that exercise only; every
+               except for the first exercise's first catalogued bug,       other exercise keeps full marks, and no
+               after which a chatty library's hook writes a warning        cell the bug cannot reach raises (lab 8:
+               from every later cell (nbgrader alone would give such       its challenge re-run verified by the
+               cells 0)                                                    grader and on the leaderboard)
   blank        the release notebook untouched                          -> 0, and the run completes
-  buggy        the first exercise's first catalogued bug               -> loses points in its exercise only
   broken       not a notebook at all (invalid JSON)                    -> listed as FAILED, others graded
-The buggy submission cross-checks the fast grader of tests/test_catalogue.py against nbgrader itself: the forked
-run scores every test cell it runs exactly as nbgrader did, and the cells it left out scored full marks. (That
-fast grader is how the catalogue proves its correct alternative keeps full marks.)
+The buggy submission also cross-checks the fast grader of tests/test_catalogue.py against nbgrader itself: the forked
+run scores every test cell it runs exactly as nbgrader did, and the cells it left out scored full marks. (That fast
+grader is how the catalogue proves its correct alternative keeps full marks, and, in every bug of a later exercise,
+that the reference's first exercise scores full marks: the reference there is the fork's prefix.)
+One submission is both the reference's proof and the bug's, so each lab's notebook is graded twice, not three times:
+what a separate reference submission would add is that the cells the bug reaches do not raise for the reference, and
+nbval runs every cell of every solution notebook (`make test-notebooks`, which CI runs after `make test`).
 The assignments are graded in two batches, one xdist group each (BATCHES: about the same grading time), so the two
 halves run on two workers at once; the tests of an assignment share its batch's run.
 """
@@ -22,6 +27,7 @@ import re
 import pytest
 
 from autograder import notebooks as nbu
+from autograder.cellflow import affected_cells
 from autograder.feedback import label
 from test_feedback import hidden_only_lines
 from course import (ASSIGNMENTS, assert_bug_isolated, cell_scores, first_bug, lost_points, make_course,
@@ -42,10 +48,16 @@ get_ipython().events.register("pre_run_cell", _chatty_library_hook)
 '''
 
 
-STUDENTS = {"perfect", "blank", "buggy", "broken"}
+STUDENTS = {"blank", "buggy", "broken"}
 # Labs 6-8 train the most (their demos, the challenge's run): about half of the grading time on their own.
 BATCHES = {"labs-1-5": ASSIGNMENTS[:5], "labs-6-8": ASSIGNMENTS[5:]}
 BATCH_OF = {a: name for name, members in BATCHES.items() for a in members}
+
+
+def buggy_answer(assignment: str) -> dict[str, str]:
+    """{cell: source} of the buggy submission's one changed cell: the first catalogued bug, then the chatty hook."""
+    ((cell, source),) = first_bug(assignment)[1].items()
+    return {cell: source + "\n" + WARNING_PREAMBLE}
 
 
 def autograded(scores):
@@ -67,12 +79,9 @@ class _Batches:
             course = make_course(self.tmp.mktemp(f"autograder-{batch}"))
             for assignment in [a for a in BATCHES[batch] if a in selected]:
                 release, source = release_nb(assignment), source_nb(assignment)
-                reference = nbu.reference_answers(source)
-                first = next(iter(reference))
-                submit(course, "perfect", assignment,
-                       nbu.fill(release, {**reference, first: reference[first] + WARNING_PREAMBLE}))
                 submit(course, "blank", assignment, release)
-                submit(course, "buggy", assignment, nbu.fill(release, {**reference, **first_bug(assignment)[1]}))
+                submit(course, "buggy", assignment, nbu.fill(release, {**nbu.reference_answers(source),
+                                                                       **buggy_answer(assignment)}))
                 submit(course, "broken", assignment, raw='{"this is": "not a notebook"')
             # One grading job per batch: the two batches already keep both cores busy.
             self.done[batch] = course, run_grade(course, "--jobs", "1")
@@ -99,16 +108,23 @@ def test_grading_run_completes_and_reports_the_broken_submission(graded):
     assert "FAILED" in lines["broken"] and all("FAILED" not in lines[s] for s in lines if s != "broken"), proc.stdout
 
 
-def test_reference_solution_scores_full_marks_and_no_cell_fails(graded):
-    """Every cell of the reference, hidden tests and demo cells included, runs without an error under nbgrader (what
-    nbval would check of solutions/: make test-notebooks, which CI runs on another kernel path, runs them so too)."""
+def test_the_reference_scores_full_marks_and_no_cell_it_holds_fails(graded):
+    """Every exercise but the bug's scores full marks under nbgrader, and every cell the bug cannot reach (by the
+    data-flow of autograder.cellflow: hidden tests and demo cells included) runs without an error (what nbval checks of
+    solutions/: make test-notebooks, which CI runs on another kernel path, runs all of them)."""
     assignment, course, _ = graded
-    scores = autograded(cell_scores(course, "perfect", assignment))
+    scores = autograded(cell_scores(course, "buggy", assignment))
     assert scores, "no autograded cells found"
-    assert not lost_points(scores), f"reference solution lost points in {lost_points(scores)}"
-    graded_nb = nbu.read(next((course / "autograded" / "perfect" / assignment).glob("*.ipynb")))
+    (exercise,) = buggy_answer(assignment)
+    lost = {k for k in lost_points(nbu.by_exercise(scores)) if k != exercise}
+    assert not lost, f"the reference solution lost points in {lost}"
+    graded_nb = nbu.read(next((course / "autograded" / "buggy" / assignment).glob("*.ipynb")))
+    code = [c for c in graded_nb.cells if c.cell_type == "code"]
+    bug_cell = next(i for i, c in enumerate(code) if nbu.grade_id(c) == exercise)
+    reached = affected_cells([c.source for c in code], {bug_cell}) | {bug_cell}
+    assert len(reached) < len(code) / 2, f"the bug reaches {len(reached)} of {len(code)} cells: the proof covers too few"
     failed = [(nbu.grade_id(c) or f"cell {i}", o.get("ename"), (o.get("evalue") or "")[:200])
-              for i, c in enumerate(graded_nb.cells) if c.cell_type == "code"
+              for i, c in enumerate(code) if i not in reached
               for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not failed, f"cells of the reference solution raised under nbgrader: {failed}"
 
@@ -122,22 +138,22 @@ def test_blank_release_scores_zero(graded):
 
 def test_warnings_from_every_test_cell_cost_no_points_and_stay_in_the_feedback(graded):
     assignment, course, _ = graded
-    html = next((course / "feedback" / "perfect" / assignment).glob("*.html")).read_text(encoding="utf-8")
+    html = next((course / "feedback" / "buggy" / assignment).glob("*.html")).read_text(encoding="utf-8")
     assert "a harmless library warning" in html, "the warning text should stay visible in the feedback"
-    graded_nb = nbu.read(next((course / "autograded" / "perfect" / assignment).glob("*.ipynb")))
-    tests, first = nbu.graded_test_cells(source_nb(assignment)), next(iter(nbu.reference_answers(source_nb(assignment))))
+    graded_nb = nbu.read(next((course / "autograded" / "buggy" / assignment).glob("*.ipynb")))
+    tests, (exercise,) = nbu.graded_test_cells(source_nb(assignment)), buggy_answer(assignment)
     ids = [nbu.grade_id(c) for c in graded_nb.cells]
-    after_hook = [c for c in graded_nb.cells[ids.index(first) + 1:] if nbu.grade_id(c) in tests]  # the hook's cell on
+    after_hook = [c for c in graded_nb.cells[ids.index(exercise) + 1:] if nbu.grade_id(c) in tests]  # the hook's cell on
     quiet = [nbu.grade_id(c) for c in after_hook
              if not any("a harmless library warning" in o.get("text", "") for o in c.get("outputs", []))]
     assert after_hook and not quiet, f"these test cells emitted no warning, so the proof does not cover them: {quiet}"
-    lost = lost_points(autograded(cell_scores(course, "perfect", assignment)))
-    assert not lost, f"test cells that wrote a warning to stderr lost points: {lost}"
+    lost = lost_points(nbu.by_exercise(autograded(cell_scores(course, "buggy", assignment))))
+    assert set(lost) == {exercise}, f"test cells that wrote a warning to stderr lost points: {lost}"
 
 
 def test_a_catalogued_bug_loses_only_its_exercise_points_under_nbgrader(graded):
     assignment, course, _ = graded
-    (exercise,) = set(first_bug(assignment)[1])
+    (exercise,) = buggy_answer(assignment)
     per_exercise = nbu.by_exercise(autograded(cell_scores(course, "buggy", assignment)))
     assert_bug_isolated(per_exercise, exercise, "the first catalogued bug, graded by nbgrader,")
 
@@ -150,7 +166,7 @@ def test_the_catalogues_fast_grader_scores_the_bug_as_nbgrader_does(graded):
     assignment, course, _ = graded
     grader = nbu.PrefixGrader(source_nb(assignment))
     try:
-        forked = grader.grade(first_bug(assignment)[1], skip_unaffected=True)
+        forked = grader.grade(buggy_answer(assignment), skip_unaffected=True)
         skipped = grader.skipped
     finally:
         grader.close()
@@ -162,12 +178,12 @@ def test_the_catalogues_fast_grader_scores_the_bug_as_nbgrader_does(graded):
 
 def test_feedback_and_csv_are_written(graded):
     assignment, course, proc = graded
-    for student in ["perfect", "blank", "buggy"]:
+    for student in ["blank", "buggy"]:
         assert list((course / "feedback" / student / assignment).glob("*.html")), f"no feedback for {student}"
     rows = list(csv.DictReader((course / "grades" / "grades.csv").open()))
     by_student = {r["student_id"]: float(r["raw_score"]) for r in rows if r["assignment"] == assignment}
-    perfect = sum(v[1] for v in autograded(cell_scores(course, "perfect", assignment)).values())
-    assert by_student.get("perfect") == pytest.approx(perfect), by_student
+    buggy = sum(v[0] for v in autograded(cell_scores(course, "buggy", assignment)).values())
+    assert 0 < by_student.get("buggy") == pytest.approx(buggy), by_student
     assert by_student.get("blank") == 0.0, by_student
 
 
@@ -204,15 +220,15 @@ def test_pending_written_answers_are_marked_in_feedback_csv_and_table(graded):
                if c.metadata["nbgrader"].get("grade")}
     if not written:
         pytest.skip(f"{assignment} has nothing graded by hand")
-    text = feedback_text(course, "perfect", assignment)
+    text = feedback_text(course, "buggy", assignment)
     for gid, cell in written.items():
         name = label(gid, cell.cell_type, True)
         assert re.search(re.escape(name) + r"\s*\(awaiting grading", text), \
             f"{name} should show as awaiting grading (not a score of 0) until graded by hand"
     rows = {r["student_id"]: r for r in csv.DictReader((course / "grades" / "grades.csv").open())
             if r["assignment"] == assignment}
-    assert rows["perfect"]["manual_grading"] == "pending", rows["perfect"]
-    row = next(ln for ln in proc.stdout.splitlines() if ln.split()[:2] == ["perfect", assignment])
+    assert rows["buggy"]["manual_grading"] == "pending", rows["buggy"]
+    row = next(ln for ln in proc.stdout.splitlines() if ln.split()[:2] == ["buggy", assignment])
     points = sum(float(c.metadata["nbgrader"]["points"]) for c in written.values())
     assert f"pending {points:g}" in row, f"make grade's table should say what awaits manual grading: {row}"
 
@@ -227,10 +243,9 @@ def test_the_challenge_is_rerun_scored_by_the_grader_and_ranked(graded):
         pytest.skip("only lab 8 has a challenge")
     with open(course / "grades" / "challenge_leaderboard.csv", encoding="utf-8") as f:
         rows = {row["student"]: row for row in csv.DictReader(f)}
-    for student in ("perfect", "buggy"):
-        assert rows[student]["status"] == "verified", rows[student]
-        assert float(rows[student]["val_loss"]) <= BANDS["tuned"], rows[student]
-        assert rows[student]["tokens"] == "204800" and rows[student]["rank"]
+    assert rows["buggy"]["status"] == "verified", rows["buggy"]
+    assert float(rows["buggy"]["val_loss"]) <= BANDS["tuned"], rows["buggy"]
+    assert rows["buggy"]["tokens"] == "204800" and rows["buggy"]["rank"]
     assert "no run saved" in rows["blank"]["status"] and not rows["blank"]["rank"]
     assert "broken" not in rows
     assert (course / "grades" / "challenge_leaderboard.html").is_file()

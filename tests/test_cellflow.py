@@ -27,6 +27,15 @@ def test_the_taint_flows_through_functions_and_classes_that_call_the_changed_cod
     assert affected(*cells) == [0, 1, 2, 3]
 
 
+def test_a_function_defined_before_the_change_reads_the_changed_name_when_it_is_called():
+    """A checks cell that defines `report()` calling `f` comes before the student's `f`; a later test cell that calls
+    report() reads the changed f, and so does one that calls a helper defined after the change but before `f` was
+    tainted there."""
+    cells = ["def report(): return f()", "def f(): return 1", "def later(): return g()", "g = f",
+             "assert report() == 1", "assert later() == 1", "assert 2 == 2"]
+    assert affected(*cells, changed=(1,)) == [1, 3, 4, 5]
+
+
 def test_names_a_cell_binds_before_reading_them_are_its_own():
     cells = ["x = 1\ntmp = 2", "import tempfile\nwith tempfile.TemporaryDirectory() as tmp:\n    assert tmp",
              "x = 5\nassert x == 5", "for i in range(3):\n    y = i\nassert i >= 0",

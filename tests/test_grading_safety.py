@@ -196,6 +196,17 @@ def test_the_batch_completes_and_lists_only_the_ungradable(graded_class):
     assert failed == {"not_json", "no_notebook"}, proc.stdout
 
 
+def test_the_grades_csv_is_what_nbgrader_export_writes(graded_class):
+    """make grade exports in its own process (autograder.grade.export_grades); nbgrader's command, on the same
+    gradebook, writes the same file (the course's exporter: nbgrader's columns plus manual_grading)."""
+    course, _, _ = graded_class
+    by_nbgrader = course / "grades" / "by_nbgrader.csv"
+    subprocess.run([sys.executable, "-m", "nbgrader", "export", f"--to={by_nbgrader}"], cwd=course, check=True,
+                   capture_output=True)
+    ours = (course / "grades" / "grades.csv").read_text(encoding="utf-8")
+    assert ours == by_nbgrader.read_text(encoding="utf-8") and ours.count("\n") > 20, ours[:500]
+
+
 @pytest.mark.parametrize("student", ["perfect", "stderr_spam", "huge_output", "extra_notebook"])
 def test_harmless_oddities_keep_full_marks(graded_class, student):
     course, _, _ = graded_class

@@ -29,6 +29,17 @@ LAB = FASTEST_LAB
 STUDENTS = ("ada", "bo", "cy", "di")
 
 
+def test_a_new_gradebook_gets_the_schema_revision_nbgrader_itself_would_give_it():
+    """make grade reads the revision in its own process (autograder.grade.alembic_head); nbgrader asks an `alembic`
+    process, which must say the same."""
+    from autograder.grade import alembic_head
+
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    by_nbgrader = subprocess.run([sys.executable, "-c", "from nbgrader.api import get_alembic_version as v; print(v())"],
+                                 env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert by_nbgrader and alembic_head() == by_nbgrader
+
+
 def postgres_bin() -> Path | None:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb")) or [shutil.which("initdb") or ""]
     return Path(found[-1]).parent if found[-1] else None
