@@ -123,7 +123,42 @@ def _put_back(owner, name, value, changed, label) -> None:
         owner[name] = value
     else:
         setattr(owner, name, value)
-    changed.append(f"{label}.{name}" if label else name)
+    if not _honest_change(label, name, value, current):
+        changed.append(f"{label}.{name}" if label else name)
+
+
+# Module state that honest code changes: tempfile's lazily made name generator and folder (any temporary file, and
+# the grader's own lending, makes them).
+_LAZY_STATE = {("tempfile", "_name_sequence"), ("tempfile", "tempdir")}
+
+
+def _honest_change(label: str, name: str, old, new) -> bool:
+    """A change put back without saying so in the feedback (put back all the same): lazily made module state, or a
+    wrapper written in torch around the very same function (torch._dynamo wraps torch.manual_seed once an optimizer
+    first steps and nn.Module.__init__ once a model is compiled; an optimizer wraps its class's step for the
+    profiler). The feedback's "restored" note is for what a submission changed."""
+    if (label, name) in _LAZY_STATE:
+        return True
+    code = getattr(new, "__code__", None)
+    if not callable(old) or code is None or not code.co_filename.startswith(_torch_dir()):
+        return False
+    cells = getattr(new, "__closure__", None) or ()
+    return getattr(new, "__wrapped__", None) is old or any(_contents(c) is old for c in cells)
+
+
+def _torch_dir() -> str:
+    """torch's package folder, once torch is imported (before, no wrapper of torch's can exist)."""
+    import os
+
+    torch = sys.modules.get("torch")
+    return os.path.dirname(torch.__file__) + os.sep if getattr(torch, "__file__", None) else "\0"
+
+
+def _contents(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:        # an empty cell
+        return None
 
 
 _MISSING = object()

@@ -11,8 +11,9 @@ cell bound to their functions or classes leave the notebook, and the garbage is 
 So at no time can a solution cell import or open them, and the unseen variants' answers (a run's cause, a run's true
 settings) are in the kernel only while a test cell that calls no student function holds them: a hidden test that
 calls student code first strips the answers from the variants and calls ``forget`` itself (see lab 7). What cannot be
-protected inside one Python process: student code that runs during such a cell anyway (a thread started earlier, a
-hook on IPython's events) can read whatever is in memory then. The README says what is and is not protected.
+protected inside one Python process: student code that runs during such a cell anyway (a thread started earlier, an
+audit hook) can read whatever is in memory then. Hooks on IPython's events and trace or profile functions are put aside
+while a module is lent (``lend`` to ``forget``), so they do not run then. The README says what is and is not protected.
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ SECRET_MODULES = {
 }
 _IMPORT = re.compile(r"^\s*(?:from\s+autograder\.(\w+)\s+import|import\s+autograder\.(\w+))", re.M)
 _LENT: dict[str, Path] = {}    # in the kernel: module name -> the folder it was lent from
+_ASIDE: dict = {}              # in the kernel, while a module is lent: IPython's event callbacks, the trace and profile
 
 
 def package_dir() -> Path:
@@ -79,6 +81,7 @@ def lend(modules: list[str], files: dict[str, str]) -> None:
 
     import autograder
 
+    _put_hooks_aside()
     folder = Path(tempfile.mkdtemp(prefix="lent-"))
     for name, text in files.items():
         (folder / name).write_text(text, encoding="utf-8")
@@ -96,6 +99,42 @@ def lend(modules: list[str], files: dict[str, str]) -> None:
         setattr(autograder, name, module)
 
 
+def _shell():
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    return get_ipython()
+
+
+def _put_hooks_aside() -> None:
+    """Until ``forget``: no callback on IPython's events (pre/post_run_cell, pre/post_execute) and no trace or profile
+    function, so code a solution cell registered there does not run while a module is lent."""
+    if "trace" in _ASIDE:
+        return
+    _ASIDE["trace"], _ASIDE["profile"] = sys.gettrace(), sys.getprofile()
+    sys.settrace(None)
+    sys.setprofile(None)
+    shell = _shell()
+    if shell is not None:
+        _ASIDE["events"] = {event: list(callbacks) for event, callbacks in shell.events.callbacks.items()}
+        for callbacks in shell.events.callbacks.values():
+            callbacks.clear()
+
+
+def _bring_hooks_back() -> None:
+    if "trace" not in _ASIDE:
+        _ASIDE.clear()
+        return
+    shell = _shell()
+    if shell is not None:
+        for event, callbacks in _ASIDE.get("events", {}).items():
+            shell.events.callbacks[event][:0] = callbacks
+    sys.settrace(_ASIDE["trace"])
+    sys.setprofile(_ASIDE["profile"])
+    _ASIDE.clear()
+
+
 def _from_lent(value, lent_names: set[str]) -> bool:
     """A function, class or module that belongs to a lent module (what a hidden test's import bound)."""
     if isinstance(value, types.ModuleType):
@@ -106,7 +145,8 @@ def _from_lent(value, lent_names: set[str]) -> bool:
 def forget() -> None:
     """In the kernel: take back every lent module (also the ones a cell imported from disk outside grading, so a
     hidden test behaves the same everywhere): out of ``sys.modules`` and the package, the names bound to their
-    functions, classes or the modules themselves out of the notebook, their folder deleted, the garbage collected."""
+    functions, classes or the modules themselves out of the notebook, their folder deleted, the garbage collected;
+    then the hooks ``lend`` put aside are back."""
     import autograder
 
     names = {f"autograder.{n}" for n in SECRET_MODULES}
@@ -114,12 +154,7 @@ def forget() -> None:
         sys.modules.pop(full, None)
     for name in SECRET_MODULES:
         vars(autograder).pop(name, None)
-    try:
-        from IPython import get_ipython
-
-        shell = get_ipython()
-    except ImportError:
-        shell = None
+    shell = _shell()
     if shell is not None:
         ns = shell.user_ns
         for key in [k for k, v in ns.items() if _from_lent(v, names)]:
@@ -128,3 +163,4 @@ def forget() -> None:
         rmtree(folder, ignore_errors=True)
     _LENT.clear()
     gc.collect()
+    _bring_hooks_back()

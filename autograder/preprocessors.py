@@ -8,6 +8,8 @@ from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from autograder import lending
 
 KERNEL_DIED = "KernelDied"
+# Starts the line the guard prints in the hidden cell before a test cell: what it had to restore.
+RESTORED = "[grader-guard restored] "
 
 
 class StderrToStdout(NbGraderPreprocessor):
@@ -73,10 +75,12 @@ class SafeExecute(Execute):
             return super().preprocess_cell(cell, resources, index)
         note = ""
         if is_test:   # restore, then remember the namespace: one round trip to the kernel, not two
-            ok, out = self._hidden("print(', '.join(_grader_guard.restore())); _grader_guard.before_locked()", index)
+            ok, out = self._hidden(f"print({RESTORED!r} + ', '.join(_grader_guard.restore())); "
+                                   "_grader_guard.before_locked()", index)
             if not ok:
                 return self._refuse(cell, resources, f"restore the grading environment before this test ({out})")
-            note = out.strip()
+            # only the guard's own line: a hook on IPython's events may print in this hidden cell too
+            note = next((ln[len(RESTORED):] for ln in out.splitlines() if ln.startswith(RESTORED)), "").strip()
         else:
             self._hidden("_grader_guard.before_locked()", index)
         lent = lending.imported_by(cell.source)

@@ -26,6 +26,7 @@ import re
 
 import pytest
 
+from autograder import lending
 from autograder import notebooks as nbu
 from autograder.cellflow import affected_cells
 from autograder.feedback import label
@@ -129,6 +130,17 @@ def test_the_reference_scores_full_marks_and_no_cell_it_holds_fails(graded):
     assert not failed, f"cells of the reference solution raised under nbgrader: {failed}"
 
 
+def test_the_reference_makes_the_guard_restore_nothing(graded):
+    """The guard's "[grader] restored before this test" note is for what a submission changed (README: read any
+    submission that shows one). The reference and its bug change nothing the tests rely on: no test cell says so, though
+    the grader's lending, temporary files and torch's own lazy imports change module state as they run."""
+    assignment, course, _ = graded
+    graded_nb = nbu.read(next((course / "autograded" / "buggy" / assignment).glob("*.ipynb")))
+    noted = {nbu.grade_id(c): o["text"].strip() for c in graded_nb.cells if c.cell_type == "code"
+             for o in c.get("outputs", []) if "[grader] restored" in o.get("text", "")}
+    assert not noted, f"an honest submission's feedback says the grader restored something: {noted}"
+
+
 def test_blank_release_scores_zero(graded):
     assignment, course, _ = graded
     scores = autograded(cell_scores(course, "blank", assignment))
@@ -137,6 +149,8 @@ def test_blank_release_scores_zero(graded):
 
 
 def test_warnings_from_every_test_cell_cost_no_points_and_stay_in_the_feedback(graded):
+    """The hook warns in every test cell after it, except those the grader lends its unseen variants to: hooks on
+    IPython's events are put aside while they are lent (autograder/lending.py), so they warn in none of those."""
     assignment, course, _ = graded
     html = next((course / "feedback" / "buggy" / assignment).glob("*.html")).read_text(encoding="utf-8")
     assert "a harmless library warning" in html, "the warning text should stay visible in the feedback"
@@ -144,9 +158,15 @@ def test_warnings_from_every_test_cell_cost_no_points_and_stay_in_the_feedback(g
     tests, (exercise,) = nbu.graded_test_cells(source_nb(assignment)), buggy_answer(assignment)
     ids = [nbu.grade_id(c) for c in graded_nb.cells]
     after_hook = [c for c in graded_nb.cells[ids.index(exercise) + 1:] if nbu.grade_id(c) in tests]  # the hook's cell on
-    quiet = [nbu.grade_id(c) for c in after_hook
-             if not any("a harmless library warning" in o.get("text", "") for o in c.get("outputs", []))]
+
+    def warned(cell):
+        return any("a harmless library warning" in o.get("text", "") for o in cell.get("outputs", []))
+
+    lent = [c for c in after_hook if lending.imported_by(tests[nbu.grade_id(c)].source)]
+    quiet = [nbu.grade_id(c) for c in after_hook if c not in lent and not warned(c)]
     assert after_hook and not quiet, f"these test cells emitted no warning, so the proof does not cover them: {quiet}"
+    hooked = [nbu.grade_id(c) for c in lent if warned(c)]
+    assert not hooked, f"a hook on IPython's events ran while the unseen variants were lent, in {hooked}"
     lost = lost_points(nbu.by_exercise(autograded(cell_scores(course, "buggy", assignment))))
     assert set(lost) == {exercise}, f"test cells that wrote a warning to stderr lost points: {lost}"
 

@@ -120,11 +120,14 @@ TAMPERING = {
                      "torch.isclose = lambda a, b, **k: torch.ones(torch.broadcast_shapes(torch.as_tensor(a).shape, "
                      "torch.as_tensor(b).shape), dtype=torch.bool)\n"
                      "torch.allclose = lambda *a, **k: True\n"),
-    "tamper_reference": ("import torch.nn.init, torch.nn.utils, torch.optim\n"
+    # The student's own functions put where the references are (wherever a name matches), and a reference wrapped
+    # around itself, functools.wraps-style (the guard says nothing of torch's own such wrappers: this one is not).
+    "tamper_reference": ("import functools, torch.nn.init, torch.nn.utils, torch.optim\n"
                          "for _mod in (torch.nn.init, torch.nn.utils, torch.optim):\n"
                          "    for _name, _value in list(globals().items()):\n"
                          "        if callable(_value) and hasattr(_mod, _name):\n"
-                         "            setattr(_mod, _name, _value)\n"),
+                         "            setattr(_mod, _name, _value)\n"
+                         "torch.finfo = functools.wraps(torch.finfo)(lambda *a, **k: torch.finfo.__wrapped__(*a, **k))\n"),
     "tamper_shell": ("_ip = get_ipython()\n_run = _ip.run_cell\n"
                      "def _quiet_run_cell(*a, **k):\n    r = _run(*a, **k)\n    r.error_in_exec = None\n    return r\n"
                      "_ip.run_cell = _quiet_run_cell\n_ip.showtraceback = lambda *a, **k: None\n"),
