@@ -80,7 +80,7 @@ class SafeExecute(Execute):
             if not ok:
                 return self._refuse(cell, resources, f"restore the grading environment before this test ({out})")
             # only the guard's own line: a hook on IPython's events may print in this hidden cell too
-            note = next((ln[len(RESTORED):] for ln in out.splitlines() if ln.startswith(RESTORED)), "").strip()
+            note = out.partition(RESTORED)[2].split("\n", 1)[0].strip()
         else:
             self._hidden("_grader_guard.before_locked()", index)
         lent = lending.imported_by(cell.source)
