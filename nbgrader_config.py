@@ -22,6 +22,11 @@ c.Exchange.root = os.path.join(HERE, ".nbgrader_exchange")
 # A fetched assignment lands in <the student's Jupyter folder>/training-infra/<assignment>/: their own copy,
 # never labs/ or solutions/; fetching again never overwrites it (with --replace, only missing files).
 c.Exchange.path_includes_course = True
+# Collect (`nbgrader collect`, the Formgrader's Collect button) takes a submission as a student's only if that
+# student's Unix account made it and its timestamp is not in the future; any other folder is refused, kept in
+# refused/ and reported as an error (autograder/collect.py). An exchange used without an account per student (one
+# account on a laptop) must opt out explicitly: c.OwnerCheckedCollect.accept_own_folders = True.
+c.ExchangeFactory.collect = "autograder.collect.OwnerCheckedCollect"
 
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"

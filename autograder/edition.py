@@ -30,12 +30,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = ROOT / "edition"
 MARKER = ".student-edition"
-# autograder modules that only the instructor side may have (grading, sandbox, tamper guard, tooling).
+# autograder modules that only the instructor side may have (grading, sandbox, tamper guard, tooling); the whole of
+# autograder/unseen/ (the grader's unseen variants) is never shipped: check_modules finds only autograder/<name>.py.
 INSTRUCTOR_ONLY = {"grade", "sandbox", "guard", "preprocessors", "release", "edition", "notebooks", "jupyterhub",
-                   "cellflow", "prefix_worker", "runbank_check", "challenge_check", "setups_check",
-                   # the hidden variants of the judgement exercises, one module per lab
-                   "unstable_check", "repro_check", "fp16_check", "schedule_check", "tuning_check",
-                   "init_check", "preemption_check", "lending"}
+                   "cellflow", "prefix_worker", "lending"}
 # Text that must never reach a student: nbgrader's markers around reference answers and hidden tests.
 FORBIDDEN = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 

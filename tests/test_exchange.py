@@ -1,13 +1,15 @@
-"""nbgrader's exchange, end to end, as two different local users would use it, with nbgrader's own commands.
+"""nbgrader's exchange, end to end, as different local users would use it, with nbgrader's own commands.
 
-An instructor account and a student account are created for the test (useradd; the test needs root and
+An instructor account and two student accounts are created for the test (useradd; the test needs root and
 skips, saying why, without it). In a scratch course (the config, one lab's source and release notebooks)
 and a scratch exchange folder (world-writable, sticky bit, as `make install` creates the course's own):
 
     instructor  nbgrader release_assignment
     student     nbgrader fetch_assignment   -> ~/training-infra/<lab>/ (their own copy, owned by them)
     student     edits the notebook (one exercise and the written question answered), nbgrader submit
-    instructor  nbgrader collect, `python -m autograder.grade` (make grade's CLI: sandboxed with no root, the
+    another     forges a submission in the student's name (dated 2030); the student makes one dated tomorrow
+    instructor  nbgrader collect (refuses both, collects the genuine one, fails saying so: autograder/collect.py),
+                `python -m autograder.grade` (make grade's CLI: sandboxed with no root, the
                 student's code cannot read the instructor's solutions), release_feedback
     student     nbgrader fetch_feedback     -> the feedback HTML with their score, the written answer
                                                marked as awaiting grading
@@ -17,6 +19,7 @@ solutions/ may change on the way.
 """
 from __future__ import annotations
 
+import datetime
 import hashlib
 import os
 import pwd
@@ -211,10 +214,39 @@ def test_release_fetch_submit_collect_grade_feedback_round_trip(two_users):
     users.run(student, student_home, student_home, "cp", str(edited), str(fetched))
     users.nbgrader(student, student_home, student_home, "submit", LAB)
 
+    # A second student forges a submission in this one's name (a blank notebook dated 2030, which nbgrader's own
+    # collect would take as her latest until then), and she herself makes one dated tomorrow. Collect refuses both:
+    # it collects her real one, keeps them aside and fails saying why; grading and feedback below are hers.
+    forger, forger_home = users.add("forg")
+    inbound = exchange / COURSE_ID / "inbound"
+    (genuine,) = inbound.iterdir()
+    blank = base / "blank.ipynb"
+    nbformat.write(release, str(blank))
+    blank.chmod(0o644)
+    plant = 'mkdir "$1" && cp "$2" "$1/$3" && echo "$4" > "$1/timestamp.txt"'
+    tomorrow = stamp(datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1))
+    forged, ahead = (f"{student}+{LAB}+{when}+{tag}" for when, tag in (("2030-01-01 00:00:00.000000 UTC", "x"),
+                                                                        (tomorrow, "y")))
+    users.run(forger, forger_home, forger_home, "sh", "-c", plant, "plant", str(inbound / forged), str(blank),
+              fetched.name, "2030-01-01 00:00:00.000000 UTC")
+    users.run(student, student_home, student_home, "sh", "-c", plant, "plant", str(inbound / ahead), str(fetched),
+              fetched.name, tomorrow)
+
     # instructor: collect, grade with the course's grader, release the feedback
-    users.nbgrader(instructor, instructor_home, course, "collect", LAB)
+    proc = users.attempt(instructor, instructor_home, course, sys.executable, "-m", "nbgrader", "collect", LAB)
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 1 and "Collected 1 submission(s)" in said and "Refused 2 folder(s)" in said, said
+    assert any("ERROR" in line and forged in line and f"made by account '{forger}'" in line and f"{student}'s" in line
+               for line in proc.stderr.splitlines()), proc.stderr
     collected = course / "submitted" / student / LAB / fetched.name
     assert collected.is_file(), "collect did not put the submission where make grade looks for it"
+    assert sorted(os.listdir(course / "submitted")) == [student]
+    assert any(probe in c.source for c in nbu.read(collected).cells), "collect took the blank, not her work"
+    assert (collected.parent / "timestamp.txt").read_text() == (genuine / "timestamp.txt").read_text()
+    for name, made_by, why in ((forged, forger, f"that is not {student}'s account"), (ahead, student, "in the future")):
+        note = (course / "refused" / f"{name}.txt").read_text(encoding="utf-8")
+        assert f"made by account '{made_by}'" in note and why in note, note
+        assert (course / "refused" / name / fetched.name).is_file() and (inbound / name).is_dir()
     proc = users.run(instructor, instructor_home, course, sys.executable, "-m", "autograder.grade",
                      "--course-dir", str(course), "--assignment", LAB, "--jobs", "1")
     row = next((ln for ln in proc.stdout.splitlines() if ln.startswith(student)), "")
@@ -243,6 +275,7 @@ def test_release_fetch_submit_collect_grade_feedback_round_trip(two_users):
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        assert [s.id for s in gb.students] == [student], "the forged submission reached the gradebook"
         sub = gb.find_submission(LAB, student)
         got, out_of, pending = sub.score, sub.max_score, sub.needs_manual_grade
         exercise = sum(g.score for nb in sub.notebooks for g in nb.grades
@@ -257,3 +290,67 @@ def test_release_fetch_submit_collect_grade_feedback_round_trip(two_users):
     assert f"{got:g} / " in row and "pending" in row, f"make grade's table should show the score and pending: {row}"
     # nothing of the instructor's course was overwritten by the round trip
     assert tree_digest(course / "labs") == labs_before and tree_digest(course / "solutions") == solutions_before
+
+
+def stamp(when: datetime.datetime) -> str:
+    """A timestamp as nbgrader submit writes it (its default format, in UTC)."""
+    return f"{when:%Y-%m-%d %H:%M:%S.%f} UTC"
+
+
+def test_collect_refuses_a_name_without_an_account_a_future_timestamp_and_a_link(tmp_path):
+    """No root needed: the account running the test plays the student. The course's own config and the Formgrader's
+    collect (nbgrader's API, as its Collect button calls it): what is refused is neither collected nor hidden."""
+    from nbgrader.apps import NbGraderAPI
+    from traitlets.config.loader import PyFileConfigLoader
+
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    inbound = tmp_path / "exchange" / COURSE_ID / "inbound"
+    inbound.mkdir(parents=True)
+    course = tmp_path / "course"
+    secret = tmp_path / "solution.ipynb"   # what a link in a submission would have collect copy as the student's
+    secret.write_text("SOLUTION", encoding="utf-8")
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def submission(student: str, when: datetime.datetime, text: str, tag: str) -> str:
+        folder = inbound / f"{student}+{LAB}+{stamp(when)}+{tag}"
+        (folder / "nb").mkdir(parents=True)
+        (folder / "timestamp.txt").write_text(stamp(when), encoding="utf-8")
+        if text == "link":
+            (folder / "nb" / "lab.ipynb").symlink_to(secret)
+        else:
+            (folder / "nb" / "lab.ipynb").write_text(text, encoding="utf-8")
+        return folder.name
+
+    submission(me, now - datetime.timedelta(hours=2), "GENUINE", "a")
+    ahead = submission(me, now + datetime.timedelta(days=1), "TOMORROW", "b")
+    linked = submission(me, now - datetime.timedelta(hours=1), "link", "c")
+    nameless = submission("nbx-no-such-account", now - datetime.timedelta(hours=1), "FORGED", "d")
+
+    def collect(**extra) -> dict:
+        config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+        config.CourseDirectory.root = str(course)
+        config.CourseDirectory.db_url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+        config.Exchange.root = str(tmp_path / "exchange")
+        for key, value in extra.items():
+            setattr(config.OwnerCheckedCollect, key, value)
+        return NbGraderAPI(config=config).collect(LAB)
+
+    result = collect()
+    message = " ".join(result.get("error", "").split())
+    assert not result["success"] and "Collected 1 submission(s)" in message and "Refused 3 folder(s)" in message, \
+        result
+    assert (course / "submitted" / me / LAB / "nb" / "lab.ipynb").read_text(encoding="utf-8") == "GENUINE"
+    assert sorted(os.listdir(course / "submitted")) == [me]
+    notes = {name: (course / "refused" / f"{name}.txt").read_text(encoding="utf-8")
+             for name in (ahead, linked, nameless)}
+    assert "is in the future" in notes[ahead] and "neither a plain file nor a folder" in notes[linked] \
+        and "no account here is named 'nbx-no-such-account'" in notes[nameless], notes
+    assert (course / "refused" / linked / "nb" / "lab.ipynb").is_symlink(), "kept aside, a link stays a link"
+    assert all((inbound / name).is_dir() for name in notes), "refused folders stay in the exchange"
+    log = result.get("log", "")
+    assert sum(line.startswith("[ERROR] Refused") for line in log.splitlines()) == 3, log
+
+    # An exchange without an account per student opts out, explicitly: the account's own folders are then taken.
+    result = collect(accept_own_folders=True)
+    assert not result["success"] and "Refused 2 folder(s)" in " ".join(result["error"].split()), result
+    assert (course / "submitted" / "nbx-no-such-account" / LAB / "nb" / "lab.ipynb").read_text(encoding="utf-8") == "FORGED"

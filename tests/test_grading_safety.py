@@ -28,6 +28,62 @@ from course import (FASTEST_LAB, cell_scores, first_bug, light_release, light_so
 ASSIGNMENT = FASTEST_LAB
 CELL_TIMEOUT = 15  # seconds before a cell that hangs is interrupted (it then scores 0)
 HIDDEN_MARK, LEAK_MARK = "SOLUTIONS-HIDDEN", "SOLUTIONS-LEAKED"
+# Secrets planted where the grading account keeps its own (its environment, its Jupyter runtime folder in its home,
+# a file beside the course): the snooping submission looks everywhere it can and prints what it finds.
+PLANTED = "planted-secret"
+SNOOP = f'''
+import os, stat, sys
+_found = set()
+def _look(text):
+    if {PLANTED!r} in text:
+        _found.add(text[text.index({PLANTED!r}):][:40])
+for _key, _value in os.environ.items():
+    _look(_key + "=" + _value)
+_seen = 0
+_skip = ("/usr", "/sys", "/dev", "/proc/sys", sys.prefix, sys.base_prefix)   # programs, and what may block
+for _folder, _dirs, _files in os.walk("/"):
+    if _folder.startswith(_skip) or _seen > 20000:
+        _dirs[:] = []
+        continue
+    for _name in _files:
+        _path = os.path.join(_folder, _name)
+        try:
+            if not stat.S_ISREG(os.stat(_path).st_mode):
+                continue
+            _seen += 1
+            with open(_path, "rb") as _f:
+                _look(_f.read(1 << 20).decode("latin-1"))
+        except OSError:
+            pass
+print("SNOOPED", _seen, "files, found:", sorted(_found))
+'''
+# Fills what the kernel may write: its /tmp (which holds its home and working folder) until the sandbox's size limit
+# refuses, then leaves a file beside the notebook (never copied back into the course).
+FILL_TMP = """
+import os
+def _fill(path, most=3 * 2**30):
+    n = 0
+    try:
+        with open(path, "wb") as f:
+            while n < most:
+                f.write(bytes(2**24)); n += 2**24
+    except OSError as e:
+        print("FILL-STOPPED", path, n // 2**20, "MB:", type(e).__name__)
+    finally:
+        os.remove(path)
+_fill("/tmp/fill.bin")
+_fill(os.path.expanduser("~/fill.bin"))
+open("left_behind.bin", "wb").write(bytes(2**20))
+"""
+# Writes past the disk limit into the folder the grader reads lab 8's weights from (on the grader's disk).
+FILL_SCRATCH = """
+import os
+with open(os.path.join(os.environ["TRAINKIT_CHALLENGE_DIR"], "fill.bin"), "wb") as f:
+    for _ in range(24):
+        f.write(bytes(2**24))
+import time
+time.sleep(3)
+"""
 # Every test here reads the one graded batch: one xdist group, so the batch is graded once, by one worker.
 pytestmark = pytest.mark.xdist_group("grading-safety")
 
@@ -105,6 +161,9 @@ def hostile_submissions(course: Path, port: int, unix_path: str) -> dict[str, di
         "network": {first: (f"import socket\ntry:\n    socket.socket(socket.AF_UNIX).connect({unix_path!r})\n"
                             f"except OSError:\n    pass\n" if unix_path else "import socket\n")
                     + f"socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"},
+        "snoop": {first: SNOOP},
+        "fill_tmp": {first: FILL_TMP},
+        "fill_scratch": {first: FILL_SCRATCH},
         "read_solutions": {first: (f"try:\n    open({str(solution_path)!r}).read()\n    print({LEAK_MARK!r})\n"
                                    f"except OSError:\n    print({HIDDEN_MARK!r})\n")},
     }
@@ -172,8 +231,15 @@ def graded_class():
         tests[0].source = "pass"                         # an edited test cell: nbgrader restores it
         tampered.cells.remove(tests[1])                  # a deleted test cell: must not count as passed
         submit(course, "tampered_tests", ASSIGNMENT, tampered)
+        grader_home = base / "grader-home"
+        runtime = grader_home / ".local" / "share" / "jupyter" / "runtime"
+        runtime.mkdir(parents=True)
+        (runtime / "jpserver-1.json").write_text(f'{{"token": "{PLANTED}-runtime"}}')
+        (base / "beside-the-course.txt").write_text(f"{PLANTED}-file")
+        planted_env = {"HOME": str(grader_home), "JUPYTERHUB_API_TOKEN": f"{PLANTED}-hub-token",
+                       "GRADER_OWN_SETTING": f"{PLANTED}-env"}
         proc = run_grade(course, "--assignment", ASSIGNMENT, "--jobs", "2", "--cell-timeout", str(CELL_TIMEOUT),
-                         "--memory-gb", "4")
+                         "--memory-gb", "4", env=planted_env)
         yield course, proc, server.connections
     finally:
         server.close()
@@ -196,7 +262,7 @@ def test_the_batch_completes_and_lists_only_the_ungradable(graded_class):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     table = [ln.split() for ln in proc.stdout.splitlines() if ASSIGNMENT in ln.split()[1:2]]
     failed = {row[0] for row in table if "FAILED:" in row}
-    assert failed == {"not_json", "no_notebook"}, proc.stdout
+    assert failed == {"not_json", "no_notebook", "fill_scratch"}, proc.stdout
 
 
 def test_the_grades_csv_is_what_nbgrader_export_writes(graded_class):
@@ -210,7 +276,7 @@ def test_the_grades_csv_is_what_nbgrader_export_writes(graded_class):
     assert ours == by_nbgrader.read_text(encoding="utf-8") and ours.count("\n") > 20, ours[:500]
 
 
-@pytest.mark.parametrize("student", ["perfect", "stderr_spam", "huge_output", "extra_notebook"])
+@pytest.mark.parametrize("student", ["perfect", "stderr_spam", "huge_output", "extra_notebook", "snoop", "fill_tmp"])
 def test_harmless_oddities_keep_full_marks(graded_class, student):
     course, _, _ = graded_class
     points = exercise_points(course, student)
@@ -265,6 +331,36 @@ def test_the_submission_cannot_read_the_solutions_write_the_course_or_reach_the_
     assert connections == 0, "a submission reached a server on the grading machine"
 
 
+def test_the_kernel_sees_no_secret_of_the_grading_account(graded_class):
+    """Deny by default: the kernel's environment is an allow-list and its file system holds only what it needs, so
+    nothing planted in the grader's environment, home or beside the course reaches it (or its feedback)."""
+    course, _, _ = graded_class
+    printed = outputs_text(course, "snoop")
+    assert "SNOOPED" in printed, printed[-2000:]
+    files = int(printed.split("SNOOPED", 1)[1].split()[0])
+    assert files > 20, f"the snoop should have read the files it can see (the system's, the packages'): {files}"
+    assert "found: []" in printed, printed[printed.index("SNOOPED"):][:600]
+    for folder in (course / "autograded", course / "feedback"):
+        for path in folder.rglob("*"):
+            if path.is_file() and path.suffix in (".ipynb", ".html", ".log"):
+                text = path.read_text(encoding="utf-8", errors="replace")
+                assert f"{PLANTED}-" not in text, path
+
+
+def test_what_a_submission_writes_stays_in_the_sandbox_within_its_limits(graded_class):
+    course, proc, _ = graded_class
+    printed = outputs_text(course, "fill_tmp")
+    stops = [ln for ln in printed.splitlines() if ln.startswith("FILL-STOPPED")]
+    assert len(stops) == 2 and all(int(ln.split()[2]) <= sandbox.Limits.tmp_mb for ln in stops), printed[-1500:]
+    for student in ("fill_tmp", "perfect"):
+        kept = sorted(p.name for p in (course / "autograded" / student / ASSIGNMENT).iterdir())
+        assert f"{ASSIGNMENT}.ipynb" in kept and set(kept) <= {f"{ASSIGNMENT}.ipynb", "timestamp.txt", "submission_secret.txt"}, \
+            f"{student}: copied back {kept}"
+    row = next(ln for ln in proc.stdout.splitlines() if ln.startswith("fill_scratch "))
+    assert f"wrote more than {sandbox.Limits.disk_mb} MB" in row, row
+    assert not list(Path(tempfile.gettempdir()).glob("nbgrade-*/subs/*/.grader/challenge/fill.bin"))
+
+
 def test_regrading_is_idempotent_parallel_equals_sequential_and_keeps_manual_grades(graded_class):
     from nbgrader.api import Gradebook
 
@@ -299,9 +395,9 @@ def test_regrading_is_idempotent_parallel_equals_sequential_and_keeps_manual_gra
 
 
 def test_a_failure_of_the_graders_own_keeps_the_previous_grade_and_feedback(graded_class):
-    """A regrade whose kernel cannot start (here: a Python path that shadows ipykernel's launcher with one that
-    exits, as an interpreter or venv the grading account cannot reach does) is the grader's fault: the student's
-    earlier grade, feedback and CSV row stay exactly as they were, and the table says FAILED with the reason."""
+    """A regrade whose kernel cannot start (here: an address-space limit too small for Python, as a grader
+    misconfigured for its machine would set) is the grader's fault: the student's earlier grade, feedback and CSV
+    row stay exactly as they were, and the table says FAILED with the reason."""
     course, _, _ = graded_class
     student = "perfect"
     before = cell_scores(course, student, ASSIGNMENT)
@@ -310,15 +406,7 @@ def test_a_failure_of_the_graders_own_keeps_the_previous_grade_and_feedback(grad
     feedback_before = feedback.read_bytes()
     csv = course / "grades" / "grades.csv"
     row_before = next(ln for ln in csv.read_text(encoding="utf-8").splitlines() if f",{student}," in ln)
-    broken = course / "broken_kernel"            # inside the course: the sandbox shows the course, read-only
-    broken.mkdir()
-    (broken / "ipykernel_launcher.py").write_text("raise SystemExit('this kernel cannot start')\n", encoding="utf-8")
-    try:
-        proc = subprocess.run([sys.executable, "-m", "autograder.grade", "--course-dir", str(course), "--assignment",
-                               ASSIGNMENT, "--student", student, "--jobs", "1"], capture_output=True, text=True,
-                              cwd=course, env={**os.environ, "PYTHONPATH": str(broken)})
-    finally:
-        shutil.rmtree(broken)
+    proc = run_grade(course, "--assignment", ASSIGNMENT, "--student", student, "--jobs", "1", "--memory-gb", "0.02")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     row = next(ln for ln in proc.stdout.splitlines() if ln.startswith(f"{student} "))
     assert "FAILED" in row and "previous grade is kept" in row, row

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -43,7 +44,7 @@ def test_every_instructor_module_a_hidden_test_imports_is_lent_with_its_data():
     assert {"repro_check", "runbank_check", "init_check"} <= imported, f"the hidden tests' imports were not found: {imported}"
     assert imported - {"checks", "lending"} <= set(lending.SECRET_MODULES), \
         f"hidden tests import instructor modules that are not lent: {imported - {'checks', 'lending'} - set(lending.SECRET_MODULES)}"
-    package = lending.package_dir()
+    package = lending.unseen_dir()
     for name, data in lending.SECRET_MODULES.items():
         source = (package / f"{name}.py").read_text(encoding="utf-8")
         read = set(re.findall(r"with_name\(\"([\w.]+)\"\)", source))
@@ -114,22 +115,31 @@ def test_no_test_cell_calls_student_code_while_it_holds_a_lent_module():
                                          for c in nbu.read(p).cells}, "MAY_RUN_STUDENT_CODE names cells that are gone"
 
 
-def test_the_sandbox_shows_no_lent_file(tmp_path):
+def test_the_sandbox_shows_no_lent_file_and_no_new_file_of_the_unseen_folder(tmp_path):
+    """The unseen folder is hidden whole: its modules and data, and a file nobody listed anywhere (one added later)."""
     if not sandbox.available()[0]:
         pytest.skip(f"grading sandbox unavailable here: {sandbox.available()[1]}")
-    course, scratch = make_course(tmp_path), tmp_path / "batch" / "scratch"
+    scratch = tmp_path / "batch" / "scratch"
     scratch.mkdir(parents=True)
-    files = [str(p) for p in lending.secret_files()]
-    probe = ("import sys\n"
-             "def size(f):\n    try:\n        return len(open(f, 'rb').read())\n    except OSError:\n        return 0\n"
-             "try:\n    import autograder.repro_check as m\n    found = hasattr(m, 'load_unseen')\n"
-             "except Exception:\n    found = False\n"
-             "print([size(f) for f in sys.argv[1:]], found)")
-    cmd = sandbox.wrap([sys.executable, "-c", probe, *files], course, tmp_path / "batch", scratch, sandbox.Limits())
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    planted = lending.unseen_dir() / f"zz_planted_{os.getpid()}_unseen.json"
+    planted.write_text('{"answer": 42}')
+    try:
+        files = [str(p) for p in lending.secret_files()]
+        assert str(planted) in files
+        probe = ("import sys\n"
+                 "def size(f):\n    try:\n        return len(open(f, 'rb').read())\n    except OSError:\n        return 0\n"
+                 "try:\n    import autograder.repro_check as m\n    found = hasattr(m, 'load_unseen')\n"
+                 "except Exception:\n    found = False\n"
+                 "print([size(f) for f in sys.argv[1:]], found)")
+        cmd = sandbox.wrap([sys.executable, "-c", probe, *files], scratch, sandbox.Limits())
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    finally:
+        planted.unlink()
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"{[0] * len(files)} False", f"unreadable or empty, and not importable: {proc.stdout}"
-    assert all(Path(f).stat().st_size > 0 for f in files), "outside the sandbox the files are there"
+    assert all(Path(f).stat().st_size > 0 for f in files if f != str(planted)), "outside the sandbox the files are there"
+    from autograder import edition
+    assert not [f for f in edition.plan() if f.startswith("autograder/unseen")], "the student edition ships none of it"
 
 
 # What a snooping student could write: look for the answer to the run in hand wherever it might be, and answer with it.

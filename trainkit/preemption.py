@@ -10,7 +10,7 @@ until its final save has completed.
 
 Saving often wastes time in saves; saving rarely wastes the work redone after each failure. ``simulate_runs`` draws
 such runs, failure by failure, as machines would produce them: their mean measures an interval.
-(The grader scores an interval by the exact mean of this model instead: ``autograder/preemption_check.py``.)
+(The grader scores an interval by the exact mean of this model instead: ``autograder/unseen/preemption_check.py``.)
 """
 from __future__ import annotations
 

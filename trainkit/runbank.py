@@ -35,7 +35,7 @@ reader's judgement.
 
 Graded runs are only those whose curves show their cause plainly, with margins (a planted spike that the run does
 not recover from is not graded as a recovery): the instructor's side checks each run before it is stored or graded
-(``autograder/runbank_check.py``, instructor-only: it is not in the student edition, because with it a student could
+(``autograder/unseen/runbank_check.py``, instructor-only: it is not in the student edition, because with it a student could
 try each label and keep the one it accepts).
 On another CPU a run's later digits differ; ``make_run`` still returns a real run of the planted cause.
 
@@ -171,7 +171,7 @@ def _shuffled(data: DigitsSplit, seed: int) -> DigitsSplit:
 # Per task: nan_lr (SGD), slow_lr (SGD, for both_plateau), few (training examples of an overfitting run, with a model
 # twice as wide and one layer deeper), spike_once (the multiple of the sound lr taken for one step; (early, late)
 # where a spike before the middle of the run needs a smaller one to recover) and spike_stays (the multiple kept from
-# the spike on). Sized so that the visible runs show their cause with margins (autograder/runbank_check.py).
+# the spike on). Sized so that the visible runs show their cause with margins (autograder/unseen/runbank_check.py).
 PLANTS = {
     "digits": dict(nan_lr=1e3, slow_lr=1e-3, few=40, spike_once=(420.0, 700.0), spike_stays=900.0),
     "regression": dict(nan_lr=3e2, slow_lr=5e-5, few=24, spike_once=300.0, spike_stays=9000.0),

@@ -5,7 +5,7 @@ to 10 (every other hyper-parameter at its default), each run for the task's full
 best mean loss of the sweep, plus ``MARGIN`` of it, is the bar. A configuration passes a task when the mean of its
 own runs on the same seeds is at most the bar. ``python -m autograder.tuning_check build`` runs the sweeps (a few
 minutes) and stores the visible tasks with their bars in trainkit/tuning_visible.json and the hidden ones in
-autograder/tuning_hidden.json, so grading never sweeps; tests/test_tuning.py re-runs a sample of each.
+autograder/unseen/tuning_unseen.json, so grading never sweeps; tests/test_tuning.py re-runs a sample of each.
 
 The hidden tasks are the visible kinds (digits with an MLP or a linear model, pixels standardised or in raw units; a
 regression on a teacher network; a bigram language model) at other widths, depths, batch sizes, input and target
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from trainkit import tuning
 
-HIDDEN_FILE = Path(__file__).with_name("tuning_hidden.json")
+HIDDEN_FILE = Path(__file__).with_name("tuning_unseen.json")
 GRID = [10 ** (k / 4) for k in range(-24, 5)]        # 1e-6 ... 10, four per decade
 MARGIN = 0.30                                        # a pass: mean loss at most 30 % above the sweep's best
 HIDDEN_SEEDS = (7, 8)                                # the grader's seeds; the visible tests use tuning.VISIBLE_SEEDS

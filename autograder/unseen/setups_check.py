@@ -8,7 +8,7 @@ variants in sight, a student could look for them instead of checking the parts.
 
 A setup is graded only if its bug matters: the run it produces reports a final validation loss clearly worse than the
 sound run's (``shows_bug``, at least 8 % above it, on two seeds). ``python -m autograder.setups_check build`` checks
-every unseen spec and stores the ones that pass (autograder/setups_unseen.json); grading builds them from their specs,
+every unseen spec and stores the ones that pass (autograder/unseen/setups_unseen.json); grading builds them from their specs,
 which takes milliseconds, and never trains them. tests/test_broken_setups.py checks that the stored ones still show.
 """
 from __future__ import annotations

@@ -16,7 +16,7 @@ evaluation, or in evaluation only), and a code change in runs that could also ra
 
     python -m autograder.repro_check build     # retrain the visible and the unseen pairs, store both
 
-The visible pairs (trainkit/repro_visible.json) go to students; the unseen ones (autograder/repro_unseen.json,
+The visible pairs (trainkit/repro_visible.json) go to students; the unseen ones (autograder/unseen/repro_unseen.json,
 instructor-only like this module) are what lab 7's hidden tests grade ``why_not_reproducible`` on.
 tests/test_repro_runs.py retrains a sample of each and checks that the stored pairs are the runs of their specs.
 
