@@ -345,6 +345,8 @@ def test_the_kernel_sees_no_secret_of_the_grading_account(graded_class):
             if path.is_file() and path.suffix in (".ipynb", ".html", ".log"):
                 text = path.read_text(encoding="utf-8", errors="replace")
                 assert f"{PLANTED}-" not in text, path
+    feedback = next((course / "feedback" / "perfect" / ASSIGNMENT).glob("*.html")).read_text(encoding="utf-8")
+    assert "Graded on the CPU" in feedback, "the feedback should say where grading runs"
 
 
 def test_what_a_submission_writes_stays_in_the_sandbox_within_its_limits(graded_class):
