@@ -125,7 +125,8 @@ class OwnerCheckedCollect(ExchangeCollect):
         self.refused.append(record)
 
     def _keep_aside(self, record: dict) -> str:
-        """Copies a refused folder to <course>/refused/ (links as links), with a note; returns the copy's path."""
+        """Copies a refused folder to <course>/refused/ (links as links), with a note; returns the copy's path.
+        A folder an earlier collect refused is already there (``record["refused"]["known"]``)."""
         path, info = record["refused"]["path"], record["refused"]
         kept = os.path.join(self.coursedir.root, "refused", record["filename"])
         os.makedirs(os.path.dirname(kept), exist_ok=True)
@@ -133,7 +134,8 @@ class OwnerCheckedCollect(ExchangeCollect):
                 f"was made by account '{info['owner']}' and was refused by collect: {info['reason']}.\n")
         try:
             if os.path.lexists(kept):
-                note += "The copy here was made by an earlier collect.\n"
+                info["known"] = True
+                return kept
             elif self.get_size(path) > 1000 * self.coursedir.max_dir_size:
                 note += "Too big to copy here: it is only in the exchange.\n"
             elif stat.S_ISDIR(os.lstat(path).st_mode):
@@ -154,16 +156,20 @@ class OwnerCheckedCollect(ExchangeCollect):
         for record in self.refused:
             info = record["refused"]
             kept = self._keep_aside(record)
+            if info.get("known"):   # told at an earlier collect; it stays in the exchange (only root can delete it)
+                self.log.warning("Refused again (as at an earlier collect): %s, kept in %s/", info["path"], kept)
+                continue
             self.log.error("Refused %s: it claims to be %s's submission and was made by account '%s', but %s. "
                            "Not collected; kept in %s/", info["path"], record["username"], info["owner"],
                            info["reason"], kept)
         super().copy_files()
-        if self.refused:
+        new = [r for r in self.refused if not r["refused"].get("known")]
+        if new:
             claims = "; ".join(f"one that claims to be {r['username']}'s, made by account '{r['refused']['owner']}' "
-                               f"({r['refused']['reason']})" for r in self.refused)
+                               f"({r['refused']['reason']})" for r in new)
             self.fail(textwrap.fill(
                 f"Collected {self.collected} submission(s) of {self.coursedir.assignment_id}. Refused "
-                f"{len(self.refused)} folder(s) in the exchange, neither collected nor graded: {claims}. Each "
+                f"{len(new)} new folder(s) in the exchange, neither collected nor graded: {claims}. Each "
                 f"student's own latest submission was collected as usual. Each refused folder is kept, with the "
                 f"reason, in {os.path.join(self.coursedir.root, 'refused')}/ (in the exchange's inbound folder, "
                 f"only root can delete it).", 100))
