@@ -33,7 +33,7 @@ help:
 	@echo "make labs   regenerate labs/ from solutions/; stops, overwriting nothing, if a file in labs/ was edited by hand (FORCE=1 overwrites)"
 	@echo "make student-edition  build the student edition (no solutions, hidden tests or grading tools) into build/student-edition/ (EDITION=dir, ARCHIVE=1 adds a .tar.gz)"
 	@echo "make grade  autograde submitted/<student>/<assignment>/ (JOBS at once, sandboxed without root), write feedback/ and grades/grades.csv"
-	@echo "make hub    (as root) JupyterHub for a class on this Linux server: sudo make hub STUDENTS=\"ann bob\" INSTRUCTORS=\"cy\" (PAM; to try it: sudo HUB_PASSWORD=... make hub AUTH=shared ...)"
+	@echo "make hub    (as root) JupyterHub for a class on this Linux server: sudo make hub STUDENTS=\"ann bob\" INSTRUCTORS=\"cy\" (PAM; to try it: AUTH=shared asks for a students' and an instructors' password, or HUB_PASSWORD_FILE=<root-only file>; Submit: KEEP_SUBMISSIONS=5 MAX_SUBMISSION_MB=20)"
 	@echo "make test-gpu  CUDA-only checks (skip without a GPU) and the mixed-precision speed/memory table"
 	@echo "make normalize strip outputs and fix metadata of lessons/ and solutions/ notebooks (before committing)"
 	@echo "make site  execute every lesson (JOBS at once) and build their readable HTML edition in build/site/ (FORCE=1 re-executes all)"
@@ -43,7 +43,9 @@ help:
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e .
+# setuptools prints warnings of its own for an editable install (they read like errors and are not): kept in a log,
+# shown only if the install fails.
+	$(BIN)/python -m pip install --quiet -e . >$(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
 	for ext in formgrader assignment_list course_list validate_assignment; do \
 	  $(BIN)/jupyter server extension enable --sys-prefix nbgrader.server_extensions.$$ext >/dev/null 2>&1; done
 	$(BIN)/jupyter labextension enable --level=sys_prefix @jupyter/nbgrader >/dev/null 2>&1
@@ -126,6 +128,8 @@ grade: install
 
 # Instructor, on a Linux server, as root: JupyterHub for a class (autograder/hub.py; README "Run the course for a
 # class"). The checkout's .venv is built as the account that owns the checkout (the grader), never as root.
+# AUTH=shared's passwords never go on a command line (every account's `ps` shows it): it asks on the terminal, or
+# reads HUB_PASSWORD_FILE, a file only root can read (lines `students = ...` and `instructors = ...`).
 HUB_DIR ?= /srv/training-infra
 BIND_URL ?= http://127.0.0.1:8000
 AUTH ?= pam
@@ -135,7 +139,10 @@ hub:
 	@test "$(OWNER)" != root || { echo "make hub: this checkout belongs to root: clone the course as the grading account"; exit 2; }
 	runuser -u $(OWNER) -- $(MAKE) --no-print-directory install PYTHON=$(PYTHON)
 	$(BIN)/python -m autograder.hub --hub-dir $(HUB_DIR) --students "$(STUDENTS)" \
-	  --instructors "$(INSTRUCTORS)" --auth $(AUTH) --bind-url $(BIND_URL) --python $(PYTHON)
+	  --instructors "$(INSTRUCTORS)" --auth $(AUTH) --bind-url $(BIND_URL) --python $(PYTHON) \
+	  $(if $(HUB_PASSWORD_FILE),--password-file $(HUB_PASSWORD_FILE)) \
+	  $(if $(KEEP_SUBMISSIONS),--keep-submissions $(KEEP_SUBMISSIONS)) \
+	  $(if $(MAX_SUBMISSION_MB),--max-submission-mb $(MAX_SUBMISSION_MB))
 
 normalize: install
 	$(BIN)/python -m autograder.notebooks normalize lessons/*.ipynb solutions/*/*.ipynb

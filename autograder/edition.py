@@ -140,11 +140,12 @@ def student_pyproject(root: Path = ROOT) -> str:
         "]",
         "",
         "[tool.setuptools]",
-        'packages = ["trainkit", "autograder"]',
+        'packages = ["trainkit", "trainkit.answers", "autograder"]',
     ]
-    data = {pkg: globs for pkg, globs in package_data.items() if pkg in ("trainkit", "autograder")}
+    data = {pkg: globs for pkg, globs in package_data.items() if pkg.split(".")[0] in ("trainkit", "autograder")}
     if data:
-        lines += ["", "[tool.setuptools.package-data]", *[f"{pkg} = {_toml_value(g)}" for pkg, g in data.items()]]
+        lines += ["", "[tool.setuptools.package-data]", *[f"{_toml_value(pkg) if '.' in pkg else pkg} = {_toml_value(g)}"
+                                                          for pkg, g in data.items()]]
     return "\n".join(lines) + "\n"
 
 
