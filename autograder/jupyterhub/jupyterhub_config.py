@@ -8,7 +8,13 @@ Formgrader as a hub service. README.md beside this file says how the same settin
 """
 import json
 import os
+import pwd
+import subprocess
 from pathlib import Path
+from secrets import compare_digest
+
+from jupyterhub.authenticators.shared import SharedPasswordAuthenticator
+from traitlets import Set, Unicode
 
 c = get_config()  # noqa: F821 (injected by JupyterHub)
 
@@ -27,10 +33,29 @@ c.JupyterHub.cookie_secret_file = str(HUB / "state" / "jupyterhub_cookie_secret"
 c.ConfigurableHTTPProxy.command = [str(Path(COURSE_BIN) / "configurable-http-proxy")]  # pinned: pyproject.toml
 c.ConfigurableHTTPProxy.pid_file = str(HUB / "state" / "proxy.pid")
 
-# --- Who may log in: the server's own accounts (PAM), or, to try the course, one shared password.
+# --- Who may log in: the server's own accounts (PAM), or, to try the course, one password for the students and
+# another for the instructors (make hub stored them in <hub>/state, root only; never in the environment).
+class CoursePasswords(SharedPasswordAuthenticator):
+    """JupyterHub's shared password for the students (``user_password``), and the instructors' own password: the
+    students' password never opens an instructor's account (make hub refuses two equal passwords)."""
+
+    instructors = Set(Unicode(), config=True, help="The accounts that log in with instructor_password only.")
+    instructor_password = Unicode("", config=True, help="The instructors' password.")
+
+    async def authenticate(self, handler, data):
+        name = self.normalize_username(data["username"])
+        if name in self.instructors:
+            given, expected = data["password"].encode(), self.instructor_password.encode()
+            return {"name": name} if expected and compare_digest(given, expected) else None
+        return await super().authenticate(handler, data)
+
+
 if S["auth"] == "shared":
-    c.JupyterHub.authenticator_class = "shared-password"
-    c.SharedPasswordAuthenticator.user_password = os.environ["HUB_PASSWORD"]
+    PASSWORDS = json.loads((HUB / "state" / "passwords.json").read_text())
+    c.JupyterHub.authenticator_class = CoursePasswords
+    c.CoursePasswords.user_password = PASSWORDS["students"]
+    c.CoursePasswords.instructor_password = PASSWORDS["instructors"]
+    c.CoursePasswords.instructors = set(INSTRUCTORS)
 else:
     c.JupyterHub.authenticator_class = "pam"
     c.PAMAuthenticator.open_sessions = False           # LocalProcessSpawner does not need PAM sessions
@@ -45,16 +70,33 @@ c.Spawner.notebook_dir = "~"
 c.Spawner.default_url = "/lab"
 
 
-def role_environment(spawner):
+def copy_lessons(spawner) -> None:
+    """A student's own copy of the student edition's lessons (the labs point to them), made once and never
+    overwritten. Copied by the student's own account (not as root, then chowned): in a home its owner controls,
+    root would follow whatever links the owner placed there."""
+    account = pwd.getpwnam(spawner.user.name)
+    target = Path(account.pw_dir) / "lessons"
+    if os.path.lexists(target):
+        return
+    copy = subprocess.run(["cp", "-R", "--no-target-directory", S["lessons"], str(target)], user=account.pw_uid,
+                          group=account.pw_gid, extra_groups=[], umask=0o077, cwd=account.pw_dir,
+                          capture_output=True, text=True, timeout=60)
+    if copy.returncode != 0:
+        spawner.log.warning("the lessons were not copied to %s: %s", target, copy.stderr.strip())
+
+
+def before_spawn(spawner):
     role = "instructor" if spawner.user.name in INSTRUCTORS else "student"
     spawner.environment = {**spawner.environment,    # a new dict: never the one other spawners may share
         "PATH": f"{STUDENT_BIN}:/usr/local/bin:/usr/bin:/bin",     # a terminal's python is the course's
         "JUPYTER_CONFIG_PATH": str(Path(S["config_path"]) / role),  # the role's panels and nbgrader config
         "WANDB_MODE": "offline",
     }
+    if role == "student":
+        copy_lessons(spawner)
 
 
-c.Spawner.pre_spawn_hook = role_environment
+c.Spawner.pre_spawn_hook = before_spawn
 # What a server's own token may do: the default (post activity), plus what nbgrader's panels ask the hub: the
 # user's groups (the course list), the services (where the Formgrader is) and access to the Formgrader. A token
 # gets only the part its user holds, so a student's server gets no access to the Formgrader.
@@ -67,11 +109,15 @@ c.JupyterHub.load_groups = {
     f"nbgrader-{COURSE_ID}": {"users": STUDENTS},
     f"formgrade-{COURSE_ID}": {"users": INSTRUCTORS},
 }
+# Instructors reach the Formgrader. The Formgrader service itself holds no scope on the hub (no role): the course's
+# nbgrader_config.py names no auth plugin (nbgrader's NoAuthPlugin), so the Formgrader never calls the hub's API, and
+# course membership is the two groups above, which only make hub (root) sets. A stolen service token thus changes no
+# group (tests/test_hub.py tries). Were nbgrader's JupyterHubAuthPlugin turned on, the service would need scopes
+# filtered to the students' group only (`list:groups`, `read:groups` and `groups`, each `!group=nbgrader-<course>`,
+# to add and remove students), never one on formgrade-<course>.
 c.JupyterHub.load_roles = [
     {"name": f"formgrade-{COURSE_ID}", "groups": [f"formgrade-{COURSE_ID}"],
      "scopes": [f"access:services!service={COURSE_ID}"]},
-    {"name": f"service-{COURSE_ID}", "services": [COURSE_ID],
-     "scopes": ["list:users", "read:users:groups", "groups"]},
 ]
 
 # --- The Formgrader: one server for the course, as the grader account, in the instructor's checkout, on the
@@ -87,6 +133,7 @@ c.JupyterHub.services = [{
         "PATH": f"{COURSE_BIN}:/usr/local/bin:/usr/bin:/bin",
         "JUPYTER_CONFIG_PATH": str(Path(S["config_path"]) / "formgrader"),
         "JUPYTERHUB_DEFAULT_URL": "/lab",
+        "JUPYTER_RUNTIME_DIR": S["service_runtime"],   # its server token and cookie secret: <hub>/runtime, 0700
         "WANDB_MODE": "offline",
     },
 }]
