@@ -200,6 +200,7 @@ class Result:
     comments: dict = field(default_factory=dict)   # (notebook, cell) -> auto_comment
     penalties: dict = field(default_factory=dict)  # notebook -> late_submission_penalty
     timestamp: object = None
+    grader_files: list = field(default_factory=list)   # files the grader itself wrote beside the graded notebooks
 
 
 def grade_one(course: Path, template: Path, batch: Path, key: str, student: str, assignment: str, *, logs: Path,
@@ -419,7 +420,7 @@ def _merge(course: Path, result: Result) -> None:
     staged = dest.with_name(dest.name + ".new")
     shutil.rmtree(staged, ignore_errors=True)
     staged.parent.mkdir(parents=True, exist_ok=True)
-    copy_graded(src, staged, {nb for nb, _ in result.grades} | set(result.penalties))
+    copy_graded(src, staged, {nb for nb, _ in result.grades} | set(result.penalties), result.grader_files)
     try:
         _record_grades(course, result, unchanged)
     except BaseException:
@@ -430,12 +431,13 @@ def _merge(course: Path, result: Result) -> None:
     staged.rename(dest)
 
 
-def copy_graded(src: Path, dest: Path, notebooks: set[str]) -> None:
+def copy_graded(src: Path, dest: Path, notebooks: set[str], grader_files: list[str] = ()) -> None:
     """What of a graded scratch copy reaches the course (and from there the feedback): the assignment's graded
-    notebooks and nbgrader's own records (when it was submitted; the secret release_feedback files it under);
-    nothing else a submission brought or wrote."""
+    notebooks, nbgrader's own records (when it was submitted; the secret release_feedback files it under) and what
+    the grader wrote there itself (lab 8's verified challenge record); nothing else a submission brought or wrote."""
     dest.mkdir()
-    for name in [f"{nb}.ipynb" for nb in sorted(notebooks)] + ["timestamp.txt", "submission_secret.txt"]:
+    for name in [f"{nb}.ipynb" for nb in sorted(notebooks)] + ["timestamp.txt", "submission_secret.txt",
+                                                                *grader_files]:
         path = src / name
         if path.is_file() and not path.is_symlink():
             shutil.copyfile(path, dest / name)

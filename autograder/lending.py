@@ -28,8 +28,8 @@ from shutil import rmtree
 # module (autograder.<name>, from <name>.py) -> the data files it reads next to it (<stem>_unseen.json for
 # <stem>_check.py). tests/test_lending.py checks that every module a hidden test imports, except the check helpers and
 # this one, lives there.
-def _secret_modules() -> dict[str, tuple[str, ...]]:
-    folder = unseen_dir()
+def _secret_modules(folder: Path | None = None) -> dict[str, tuple[str, ...]]:
+    folder = folder or unseen_dir()
     out = {}
     for module in sorted(folder.glob("*.py")):
         data = folder / f"{module.stem.removesuffix('_check')}_unseen.json"
@@ -64,8 +64,9 @@ def lend_code(modules: list[str], folder: Path | None = None) -> str:
     """The hidden cell the grader runs before a test cell that imports ``modules``: read here (outside the sandbox),
     handed to the kernel's ``lend``."""
     folder = folder or unseen_dir()
+    secret = _secret_modules(folder)    # now: a data file written since this module was imported (a course's seed) too
     files = {f: (folder / f).read_text(encoding="utf-8")
-             for name in modules for f in (f"{name}.py", *SECRET_MODULES[name])}
+             for name in modules for f in (f"{name}.py", *secret[name])}
     return f"import autograder.lending as _grader_lending\n_grader_lending.lend({list(modules)!r}, {files!r})"
 
 

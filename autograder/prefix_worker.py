@@ -171,8 +171,9 @@ def _state_fingerprint(namespace: dict, names: set[str]) -> dict:
     out = {("torch", "flags"): (torch.get_default_dtype(), torch.is_grad_enabled(),
                                 torch.are_deterministic_algorithms_enabled(), torch.is_anomaly_enabled(),
                                 torch.get_num_threads(), torch.backends.cudnn.deterministic,
-                                torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
-                                torch.get_float32_matmul_precision())}
+                                torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.fp32_precision,
+                                torch.backends.cudnn.conv.fp32_precision)}   # the current TF32 API: the legacy
+    # getters raise once the new one was used (the Trainer does, trainkit.precision.use_tf32)
     for name in guard.MODULES:
         module = sys.modules.get(name)
         if module is not None:

@@ -1,7 +1,7 @@
 """Lab 8's challenge: the scores behind its bands, measured again (trainkit/challenge.py quotes them).
 
     python benchmarks/challenge.py                    # the preset and the reference entry on seeds 0-3 and 7
-    python benchmarks/challenge.py --seeds 0 1729     # other seeds (1729 is the grader's hidden one)
+    python benchmarks/challenge.py --seeds 0 1729     # other seeds (the grader's is drawn per course: never measure it here)
 
 Each row is one ``trainkit.challenge.run_entry`` (one thread, as in the lab): its score, and its wall clock, which
 is for reading only (a shared machine's clock is noisy). ``PRESET_LOSS`` is the preset's mean score here, and the

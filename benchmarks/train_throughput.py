@@ -48,6 +48,7 @@ import torch  # noqa: E402
 from trainkit.corpus import TokenData  # noqa: E402
 from trainkit.device import pick_device  # noqa: E402
 from trainkit.gpt import GPTConfig  # noqa: E402
+from trainkit.precision import fp32_matmul_precision, use_tf32  # noqa: E402
 from trainkit.train import TrainConfig  # noqa: E402
 
 # the presets a row can be sized from (CPU: tiny only)
@@ -88,7 +89,10 @@ PEAKS = [
 def measure(rows: list[dict], steps: int, warmup: int, device, chunk: int = 3) -> None:
     """Time every row's step function, round-robin in chunks of ``chunk`` steps, so that rows share the same
     machine conditions (the course machine is shared); store the median tokens/s over chunks (wall clock) and the
-    tokens per CPU-second of this process."""
+    tokens per CPU-second of this process. On CUDA the device is synchronised once before and once after each timed
+    chunk, never inside it: the baseline and bare steps themselves never wait for the GPU (their batches are drawn
+    on the device), so a chunk measures the queued work; the capstone's ``Trainer.train_step`` synchronises at the end
+    of each of its steps to time itself, which is the trainer's own cost."""
     live = [r for r in rows if "step" in r]
     for r in live:
         for i in range(warmup):
@@ -138,11 +142,15 @@ def baseline(precision: str, compile_: bool, device, size: str = "tiny", steps: 
     fwd = torch.compile(model) if compile_ else model
     data = TokenData.default().train.to(device)
     T = cfg.block_size
+    offsets = torch.arange(T + 1, device=device)
 
     def step(i):
+        # One gather on the device. (Slicing ``data[j:j + T]`` with each start ``j`` of a CUDA tensor turns ``j`` into
+        # a Python int: a host-device sync for each bound of each window, at least B a step, which a GPU row would
+        # time as the step's own cost.)
         ix = torch.randint(len(data) - T - 1, (B,), device=device)
-        x = torch.stack([data[j:j + T] for j in ix])
-        y = torch.stack([data[j + 1:j + 1 + T] for j in ix])
+        chunk = data[ix[:, None] + offsets]                      # (B, T + 1)
+        x, y = chunk[:, :-1], chunk[:, 1:]
         if precision == "bf16":
             with torch.autocast(device.type, dtype=torch.bfloat16):
                 logits, _ = fwd(x)
@@ -238,8 +246,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     device = pick_device()
     if device.type == "cuda":   # as the trainer does: every row's fp32 matmuls are TF32 (Ampere and later)
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        use_tf32()              # torch's current TF32 settings (the legacy ones warn on PyTorch 2.9-2.11)
     sizes = ["tiny"] + (["gpu", "recipe"] if device.type == "cuda" else [])
     compiles = [True] if args.compile_only else [False] + ([] if args.no_compile else [True])
     where = (torch.cuda.get_device_name() if device.type == "cuda"
@@ -284,10 +291,17 @@ def main() -> None:
         tok = f"{r['tok_s'] / 1e3:.1f}k" if "tok_s" in r else r.get("error", "?")
         cpu = f"{r['tok_per_cpu_s'] / 1e3:.1f}k" if "tok_per_cpu_s" in r else "-"
         mfu = f"{100 * r['mfu']:.1f}%" if "mfu" in r else "-"
-        print(f"| {r['loop']} | {r['size']} | {r['precision']} | {'yes' if r['compile'] else 'no'} | "
+        print(f"| {r['loop']} | {r['size']} | {shown_precision(r['precision'], device)} | {'yes' if r['compile'] else 'no'} | "
               f"{r['procs']} x {r['threads']} | {tok} | {cpu} | {mfu} |")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+def shown_precision(precision: str, device) -> str:
+    """A row's precision as the table shows it: which fp32 ran (TF32 matmuls on CUDA, as set above; IEEE on a CPU)."""
+    if precision != "fp32":
+        return precision
+    return "fp32 (TF32 matmuls)" if device.type == "cuda" and fp32_matmul_precision(device) == "tf32" else "fp32 (IEEE)"
 
 
 def fmt(r: dict) -> str:

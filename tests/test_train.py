@@ -5,6 +5,7 @@ says when it ends and its clear errors for bad input, and the throughput benchma
 Micro configurations: seconds each."""
 from __future__ import annotations
 
+import ast
 import copy
 import importlib.util
 import json
@@ -13,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ import trainkit.train as train_mod
 from trainkit.corpus import TokenData
 from trainkit.gpt import GPT, GPTConfig
 from trainkit.gpt import param_counts
+from trainkit.precision import fp32_matmul_precision
 from trainkit.train import NOT_A_GIT_REPOSITORY, ConfigError, Trainer, TrainConfig, git_sha, main, rank_seeds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -249,10 +252,129 @@ def test_logger_series_and_manifest(tmp_path):
     assert len(manifest["data"]["sha256"]) == 64 and manifest["torch"] == torch.__version__
     assert manifest["git_sha"] == NOT_A_GIT_REPOSITORY or re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", manifest["git_sha"])
     assert manifest["params"]["total"] == sum(p.numel() for p in trainer.raw_model.parameters())
-    # the machine: threads always; CUDA, cuDNN, the GPU and TF32 only describe a CUDA run (this one is on the CPU)
+    # the machine: threads always; CUDA, cuDNN and the GPU only describe a CUDA run (this one is on the CPU), whose
+    # fp32 matmuls are IEEE fp32
     assert manifest["threads"] == torch.get_num_threads()
     assert manifest["cuda"] is None and manifest["cudnn"] is None and manifest["gpu"] is None
-    assert manifest["tf32"] is False
+    assert manifest["fp32_matmul"] == "ieee"
+
+
+# ------------------------------------------------------------------------------------------- CUDA, seen from a CPU
+LEGACY_TF32 = {"allow_tf32", "set_float32_matmul_precision", "get_float32_matmul_precision"}
+LEGACY_WARNING = ("Please use the new API settings to control TF32 behavior (a legacy TF32 setting, as PyTorch "
+                  "2.9-2.11 CUDA builds say)")
+
+
+@pytest.fixture
+def tf32_settings(monkeypatch):
+    """torch's legacy TF32 setters warn, as on PyTorch 2.9-2.11 CUDA builds (this CPU wheel, 2.13, is silent); and the
+    process-wide TF32 settings are given back as they were after the test."""
+    def warns(setter):
+        def wrapped(*args):
+            warnings.warn(LEGACY_WARNING, UserWarning, stacklevel=2)
+            return setter(*args)
+        return wrapped
+
+    # torch.backends.cuda.matmul.allow_tf32 = ... and torch.set_float32_matmul_precision(...) call these at call time
+    monkeypatch.setattr(torch._C, "_set_cublas_allow_tf32", warns(torch._C._set_cublas_allow_tf32))
+    monkeypatch.setattr(torch._C, "_set_float32_matmul_precision", warns(torch._C._set_float32_matmul_precision))
+    cudnn = type(torch.backends.cudnn)                  # torch.backends.cudnn.allow_tf32: a descriptor on the class
+    legacy = cudnn.__dict__["allow_tf32"]
+    monkeypatch.setattr(cudnn, "allow_tf32", property(lambda self: legacy.__get__(self, cudnn),
+                                                      lambda self, value: warns(legacy.__set__)(self, value)))
+    b = torch.backends
+    saved = b.cuda.matmul.fp32_precision, b.cudnn.conv.fp32_precision
+    yield
+    b.cuda.matmul.fp32_precision, b.cudnn.conv.fp32_precision = saved
+
+
+def test_tf32_is_set_and_read_through_the_current_api_only(tf32_settings, monkeypatch):
+    """The Trainer's CUDA precision set-up and the manifest's reading run under warnings-as-errors (as lessons do):
+    a legacy setter would warn on PyTorch 2.9-2.11, and after a write through the current API torch's legacy getters
+    raise (mixed APIs), so neither may be used."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="new API settings"):    # the stand-in warns as those builds do
+            torch.backends.cudnn.allow_tf32 = True
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    monkeypatch.setattr(torch.cuda, "is_tf32_supported", lambda: True)
+    gpu = torch.device("cuda", 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert train_mod._setup_precision("fp32", gpu) == "fp32"
+        assert train_mod._setup_precision("auto", gpu) == "bf16"
+        assert torch.backends.cuda.matmul.fp32_precision == "tf32" == torch.backends.cudnn.conv.fp32_precision
+        assert fp32_matmul_precision(gpu) == "tf32"          # the manifest's "fp32_matmul" of a CUDA run
+        assert fp32_matmul_precision("cpu") == "ieee"        # the CPU's matmuls are untouched
+        monkeypatch.setattr(torch.cuda, "is_tf32_supported", lambda: False)   # a V100 or T4: no TF32 to turn on
+        assert fp32_matmul_precision(gpu) == "ieee"
+
+
+def test_no_legacy_tf32_api_in_course_code():
+    """The CUDA branches never run on a CPU, so read them: trainkit/, autograder/, benchmarks/ and the lessons' and
+    solutions' code cells use no legacy TF32 setting or getter (see trainkit.precision.use_tf32 for why)."""
+    def legacy_uses(source: str) -> list[int]:
+        tree = ast.parse(source)
+        return [n.lineno for n in ast.walk(tree)
+                if isinstance(n, ast.Attribute) and n.attr in LEGACY_TF32 or isinstance(n, ast.Name) and n.id in
+                LEGACY_TF32 or isinstance(n, ast.alias) and n.name in LEGACY_TF32]
+
+    found = []
+    for path in sorted([*ROOT.glob("trainkit/*.py"), *ROOT.glob("autograder/**/*.py"), *ROOT.glob("benchmarks/*.py")]):
+        found += [f"{path.relative_to(ROOT)}:{line}" for line in legacy_uses(path.read_text())]
+    for path in sorted([*ROOT.glob("lessons/*.ipynb"), *ROOT.glob("solutions/*/*.ipynb")]):
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            if cell["cell_type"] == "code":   # IPython's magics and shell lines are not Python
+                lines = "".join(cell["source"]).splitlines()
+                code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in lines)
+                found += [f"{path.relative_to(ROOT)} cell {i}" for _ in legacy_uses(code)]
+    assert found == [], f"legacy TF32 API used at {found}"
+
+
+def test_torchrun_with_more_processes_than_gpus_is_one_line(tmp_path, capsys, monkeypatch):
+    """The README's 2-process torchrun on a 1-GPU machine: every rank refuses in one line (exit 2) before touching a
+    GPU or the process group; rank 0 too, so that it does not wait in the rendezvous for a rank that left."""
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("touched a GPU or the process group before refusing")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", must_not_run)
+    monkeypatch.setattr(train_mod.dist, "init_process_group", must_not_run)
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps(micro(tmp_path / "run", device="cuda").to_dict()))
+    for rank in ("0", "1"):
+        for key, value in (("WORLD_SIZE", "2"), ("LOCAL_WORLD_SIZE", "2"), ("RANK", rank), ("LOCAL_RANK", rank)):
+            monkeypatch.setenv(key, value)
+        assert main(["--config", str(config)]) == 2
+        assert capsys.readouterr().err == (
+            "error: 2 processes on this machine train on CUDA, one GPU each, and it has 1 GPU(s): start at most 1 "
+            "(torchrun --nproc_per_node 1), or train on the CPU with gloo (--set device=cpu, or "
+            "CUDA_VISIBLE_DEVICES='')\n")
+    assert not (tmp_path / "run").exists()
+
+
+def test_cuda_random_state_is_the_ranks_own_gpus(monkeypatch):
+    """A rank saves the one CUDA generator it draws from (its GPU's), not every visible GPU's, and restores it into
+    its own GPU: the checkpoint does not depend on how many GPUs the machine had."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device: calls.append(("get", device)) or
+                        torch.full((16,), 7, dtype=torch.uint8))
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: calls.append(("set", device, state)))
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: pytest.fail("saved every GPU's generator"))
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda states: pytest.fail("restored every GPU's"))
+    gpu1 = torch.device("cuda", 1)
+    cpu_before = torch.get_rng_state()
+    state = train_mod._rng_state(gpu1)
+    assert len(state["cuda"]) == 1 and calls == [("get", gpu1)]
+    assert train_mod._rng_state(torch.device("cpu"))["cuda"] == []
+    calls.clear()
+    train_mod._set_rng_state(state, torch.device("cuda", 0))     # resumed where this rank has another GPU index
+    assert [c[:2] for c in calls] == [("set", torch.device("cuda", 0))] and torch.equal(calls[0][2], state["cuda"][0])
+    assert torch.equal(torch.get_rng_state(), cpu_before)
+    calls.clear()
+    train_mod._set_rng_state(state, torch.device("cpu"))         # on a CPU, CUDA's generators are not touched
+    assert calls == []
 
 
 def git(repo: Path, *args: str) -> None:

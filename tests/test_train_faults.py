@@ -1,7 +1,8 @@
 """The capstone trainer (trainkit.train) under faults and bad input, as an operator meets them: what a resume may
 change and what it refuses, damaged checkpoints (fallback to best.pt, or a refusal), lasting non-finite values (the
 run stops, no ruined checkpoint), a second run in the same folder, SIGTERM / SIGINT, the manifest's history,
-temporaries of killed runs, and the command line's one-line errors. Where a fault is survived, the proof is the one
+temporaries of killed runs, the command line's one-line errors, and resuming on another machine (fewer GPUs, a GPU
+after a CPU: CUDA stood in for where a CPU cannot run it). Where a fault is survived, the proof is the one
 trusted trainers use: the resumed run's losses are bit-identical to a run that never stopped. Micro configurations:
 a second or two each."""
 from __future__ import annotations
@@ -18,9 +19,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainkit.checkpoint import DamagedCheckpoint, open_checkpoint
+from trainkit.checkpoint import DamagedCheckpoint, open_checkpoint, seal
 from trainkit.gpt import GPTConfig
-from trainkit.train import ConfigError, Interrupted, Trainer, TrainConfig, TrainingStopped, main
+from trainkit.train import (ConfigError, Interrupted, Trainer, TrainConfig, TrainingStopped, main,
+                            resolve_precision)
 
 ROOT = Path(__file__).resolve().parents[1]
 MICRO_MODEL = dict(vocab_size=256, block_size=32, n_layer=1, d_model=32, n_heads_q=2, n_heads_kv=1, d_ff=64)
@@ -479,3 +481,110 @@ def test_cli_exit_code_after_sigterm(tmp_path, capsys, monkeypatch):
     config.write_text(json.dumps(micro(tmp_path).to_dict()))
     line = one_error_line(capsys, 128 + signal.SIGTERM, ["--config", str(config)])
     assert line == "stopped by SIGTERM after 4 steps: latest.pt written: resume with --set resume=true", line
+
+
+# ------------------------------------------------------------------------------------ 9. resume on another machine
+def rewrite(path: Path, change) -> None:
+    """Change a checkpoint as another machine's trainer would have written it, with a valid checksum."""
+    state = torch.load(path, weights_only=False)
+    state.pop("checksum")
+    change(state)
+    torch.save(seal(state), path)
+
+
+def as_gpu(monkeypatch, gpus: int, bf16: bool = True) -> None:
+    """This process looks like a machine with `gpus` CUDA GPUs; nothing CUDA's may actually run."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: bf16)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda *a, **k: pytest.fail("restored a CUDA state"))
+
+
+@pytest.fixture(scope="module")
+def cpu_checkpoint(tmp_path_factory) -> Path:
+    """latest.pt of a CPU run with precision "auto", after 2 steps."""
+    out = tmp_path_factory.mktemp("cpu_run")
+    run(micro(out), steps=2)
+    return out / "latest.pt"
+
+
+def test_the_checkpoint_records_what_auto_became(cpu_checkpoint):
+    state = open_checkpoint(cpu_checkpoint)
+    assert state["config"]["precision"] == "auto"
+    assert state["resolved"] == {"precision": "fp32", "device": "cpu"}
+    assert state["rng"][0]["cuda"] == []
+
+
+def test_fewer_gpus_than_the_checkpoints_cuda_states_is_one_line(cpu_checkpoint, tmp_path, monkeypatch):
+    """A checkpoint of the earlier trainer, written on a 2-GPU machine (it kept every visible GPU's generator, and
+    no "resolved"), resumed on CUDA where one GPU is visible: refused in one line (ConfigError: exit 2 on the command
+    line) before anything is loaded, not a traceback from torch.cuda.set_rng_state_all."""
+    path = tmp_path / "latest.pt"
+    path.write_bytes(cpu_checkpoint.read_bytes())
+
+    def two_gpus(state):
+        state.pop("resolved")
+        state["rng"][0]["cuda"] = [torch.zeros(16, dtype=torch.uint8), torch.ones(16, dtype=torch.uint8)]
+
+    rewrite(path, two_gpus)
+    with Trainer(micro(cpu_checkpoint.parent)) as trainer:
+        before = {k: v.clone() for k, v in trainer.raw_model.state_dict().items()}
+        as_gpu(monkeypatch, gpus=1)
+        trainer.device = torch.device("cuda", 0)     # stands in for a run on this machine's one GPU
+        with pytest.raises(ConfigError) as e:
+            trainer.load_checkpoint(path)
+        assert str(e.value) == ("cannot resume from latest.pt: its rank 0 holds the random states of 2 CUDA GPUs and "
+                                "this machine has 1; an exact resume needs the same GPUs: resume where 2 are visible, "
+                                "or start afresh in another out_dir")
+        assert all(torch.equal(v, before[k]) for k, v in trainer.raw_model.state_dict().items()), "loaded anyway"
+        restored = []                                 # where there are enough GPUs, every state goes back
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+        monkeypatch.setattr(torch.cuda, "set_rng_state_all", restored.append)
+        trainer.load_checkpoint(path)
+        assert len(restored) == 1 and len(restored[0]) == 2
+
+
+def test_a_cpu_run_resumed_on_a_gpu_keeps_fp32(cpu_checkpoint, tmp_path, monkeypatch):
+    """precision="auto" is bf16 for a new run on a GPU with bf16, but a CPU run resumed there stays fp32, and the
+    device change is recorded: a resume never changes the numerics without a word."""
+    as_gpu(monkeypatch, gpus=1, bf16=True)
+    gpu = torch.device("cuda", 0)
+    assert resolve_precision("auto", gpu) == "bf16"                        # a new run on that GPU
+    assert resolve_precision("auto", gpu, kept="fp32") == "fp32"           # the resumed one
+    assert resolve_precision("bf16", gpu, kept="fp32") == "bf16"           # asked for explicitly: a recorded change
+    with Trainer(micro(cpu_checkpoint.parent)) as trainer:   # the same settings: only the device differs
+        trainer.device = gpu
+        trainer.load_checkpoint(cpu_checkpoint)
+        assert trainer.precision == "fp32"
+        assert trainer.resume_changes == {"resolved.device": ["cpu", "cuda"]}
+        assert any(n.startswith("precision auto stays fp32, what this run has trained in since its first start (a "
+                                "new run here would pick bf16); set precision=bf16 to change it from step 2 on")
+                   for n in trainer.notes), trainer.notes
+    as_gpu(monkeypatch, gpus=1, bf16=False)
+    with pytest.raises(ConfigError, match=r"^precision 'auto' keeps bf16, .+ this GPU has no bf16 support; set "
+                                          r"precision=fp32"):
+        resolve_precision("auto", gpu, kept="bf16")
+
+
+def test_a_gpu_run_resumed_on_a_cpu_keeps_bf16(cpu_checkpoint, tmp_path):
+    """The other way, end to end on this CPU: a checkpoint of a GPU run where "auto" became bf16 resumes in bf16
+    (its CUDA random state left alone), says so, and the manifest records the device change."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "latest.pt").write_bytes(cpu_checkpoint.read_bytes())
+
+    def from_a_gpu(state):
+        state["config"]["out_dir"] = str(out)
+        state["resolved"] = {"precision": "bf16", "device": "cuda"}
+        state["rng"][0]["cuda"] = [torch.zeros(16, dtype=torch.uint8)]
+
+    rewrite(out / "latest.pt", from_a_gpu)
+    with Trainer(micro(out, resume=True)) as trainer:
+        assert trainer.step == 2 and trainer.precision == "bf16"
+        assert any(n.startswith("precision auto stays bf16") for n in trainer.notes), trainer.notes
+        assert any("on cpu a run that ran on cuda until step 2" in n for n in trainer.notes), trainer.notes
+        history = trainer.fit(steps=3)
+    assert all(math.isfinite(x) for x in history["loss"])
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["precision"] == "bf16" and manifest["changed_on_resume"] == {"resolved.device": ["cuda", "cpu"]}
+    assert open_checkpoint(out / "latest.pt")["resolved"] == {"precision": "bf16", "device": "cpu"}

@@ -16,13 +16,15 @@ An entry is ``(overrides, trainer_class)``: ``overrides`` changes ``PRESET`` (``
 dict of ``GPTConfig`` fields to change), ``trainer_class`` is ``Trainer`` or a subclass. ``run_entry(entry, seed)``
 trains it with that seed (the weights' initialisation and the order of the batches) and scores the trained model
 with ``evaluate``: the mean next-byte loss over the whole validation split, cut into windows of 64, in fp32, the
-same for every run whatever its own evaluation settings. The graders re-run each entry with seeds the student
-never saw and score the weights it produces themselves (``autograder/challenge_check.py``).
+same for every run whatever its own evaluation settings. The grader re-runs each entry with a seed drawn at random
+for the course and published nowhere (not in the lab, the feedback or the leaderboard; the entry's own code runs with
+it, so it is unpublished, not unknowable), and scores the weights the run saved (``GRADED_RUN_FILE``) itself
+(``autograder/unseen/challenge_check.py``).
 
 Reference numbers (``PRESET_LOSS``): the preset scores 2.64, 2.69, 2.56, 2.60, 2.39 on seeds 0-3 and 7 (mean 2.58,
 standard deviation 0.11); ``benchmarks/challenge.py`` measures them again. ``TUNED_LOSS`` is set by what careful
 tuning reaches (measured by the course's authors; the figures are with the grader, in
-``autograder/challenge_check.py``), so that the top band rewards tuning and not one obvious change.
+``autograder/unseen/challenge_check.py``), so that the top band rewards tuning and not one obvious change.
 """
 from __future__ import annotations
 
@@ -56,6 +58,9 @@ PRESET_LOSS = 2.58                                     # the preset's mean score
 TUNED_LOSS = 2.25                                      # what careful tuning reaches (above)
 # What the graded runs must reach (points per band: lab 8's exercise 7)
 BANDS = {"learns": UNIGRAM_LOSS - 0.3, "preset": PRESET_LOSS, "tuned": TUNED_LOSS}
+
+# Where a graded run's weights go in $TRAINKIT_CHALLENGE_DIR, for the grader to score: a name without the seed in it
+GRADED_RUN_FILE = "graded_run.pt"
 
 # Settings an entry may not change: the data and its split, the seed (the grader's), where files go, the device.
 FIXED = {"data": "pydoc", "val_fraction": 0.1, "device": "cpu", "logger": "none", "progress": False,

@@ -6,6 +6,8 @@
 - ``saved_tensor_bytes(fn, exclude=params)``: the same, added up into activations and cast copies.
 - ``cuda_peak_bytes(fn)``: peak CUDA memory allocated while ``fn`` runs, above what was allocated before.
 - ``time_per_call(fn)``: median seconds per call after warm-up, synchronising CUDA.
+- ``use_tf32()`` / ``fp32_matmul_precision(device)``: turn TF32 on for CUDA's fp32 matmuls and convolutions, and say
+  how a device's fp32 matmuls compute ("tf32" or "ieee"), through torch's current per-backend settings only.
 
 None of these is an exercise answer: the lab asks for the *analytic* count of a training step's memory.
 """
@@ -92,6 +94,31 @@ def saved_tensor_bytes(fn: Callable[[], object], exclude: list[torch.Tensor] | t
     records = saved_tensors(fn, {str(i): t for i, t in enumerate(exclude)})
     return {"activations": sum(r["bytes"] for r in records if r["kind"] == "activation"),
             "cast_copies": sum(r["bytes"] for r in records if r["kind"] == "cast copy")}
+
+
+# TF32 through one API, the current one: ``torch.backends.cuda.matmul.fp32_precision`` and
+# ``torch.backends.cudnn.conv.fp32_precision`` ("tf32" / "ieee"), for setting and for reading. The legacy settings
+# (the ``allow_tf32`` attributes, ``torch.set_float32_matmul_precision``) are not used here, for two reasons seen in
+# torch itself: their setters warn on PyTorch 2.9-2.11 CUDA builds ("Please use the new API settings to control TF32
+# behavior"), which lessons turn into errors; and after a write through the current API, torch 2.13's legacy getters
+# raise RuntimeError ("... you have used mix of the legacy and new APIs ..."; measured on this course's CPU wheel:
+# ``torch.get_float32_matmul_precision()`` and ``torch.backends.cuda.matmul.allow_tf32`` both raise once
+# ``torch.backends.cuda.matmul.fp32_precision = "tf32"``), so mixing the two in one process breaks the reader.
+def use_tf32() -> None:
+    """Process-wide, from now on: fp32 matmuls (cuBLAS) and convolutions (cuDNN) on CUDA may run as TF32 (10-bit
+    mantissa inputs, fp32 sums) on Ampere and later GPUs. CPU numerics are untouched."""
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    torch.backends.cudnn.conv.fp32_precision = "tf32"
+
+
+def fp32_matmul_precision(device: torch.device | str) -> str:
+    """How fp32 matmuls on ``device`` compute now: "tf32" on a CUDA GPU that has TF32 with it turned on, else "ieee"
+    (IEEE fp32; the CPU always, as this course never sets the CPU's own ``mkldnn`` precision). Reads the current API
+    only: "none" there means that nothing set it, i.e. torch's default, IEEE fp32 for matmuls."""
+    if torch.device(device).type != "cuda":
+        return "ieee"
+    on = torch.backends.cuda.matmul.fp32_precision == "tf32"
+    return "tf32" if on and torch.cuda.is_tf32_supported() else "ieee"
 
 
 def cuda_peak_bytes(fn: Callable[[], object], device: torch.device | str = "cuda") -> int:

@@ -39,9 +39,13 @@ The settings (``TrainConfig``) live in ``trainkit.train_config``, the checkpoint
 ``trainkit.checkpoint``; this module exports their names too.
 
 Exact resume: a checkpoint holds the model, the optimiser state, the step, the best validation loss, the history,
-every rank's RNG states and the config; the data order depends only on (seed, step, rank, world_size). On the CPU a
-run stopped once any k optimiser steps have run (``fit(steps=k)``: steps 0..k-1) and resumed (``resume=True``) logs
-bit-identical losses to a run that never stopped; so does a 2-rank run under torchrun.
+every rank's RNG states (on CUDA, the one generator of the rank's own GPU), the config, and what "auto" resolved to
+at the run's first start (``resolved``: the precision and the kind of device); the data order depends only on
+(seed, step, rank, world_size). On the CPU a run stopped once any k optimiser steps have run (``fit(steps=k)``:
+steps 0..k-1) and resumed (``resume=True``) logs bit-identical losses to a run that never stopped; so does a 2-rank
+run under torchrun. An exact resume needs the same number of ranks on the same kind of device: precision="auto"
+keeps the checkpoint's choice (a CPU run resumed on a GPU stays fp32, with a note), and a change of device kind is
+recorded (``changed_on_resume["resolved.device"]``) and said, as it is not bit-exact.
 
 What the loop refuses, so that it never resumes inexactly without a word nor writes a ruined checkpoint:
 - resuming with a setting that fixes the batches, the model, the optimiser's kind or what "best" compares changed
@@ -51,15 +55,18 @@ What the loop refuses, so that it never resumes inexactly without a word nor wri
   ``best.pt`` with a note, or refuses (``trainkit.checkpoint``);
 - a lasting non-finite value: after ``max_consecutive_skips`` skipped steps in a row the run stops
   (``TrainingStopped``), and no checkpoint is ever written with non-finite weights or optimiser state;
-- a second run in the same ``out_dir`` while one runs (a lock on the folder).
+- a second run in the same ``out_dir`` while one runs (a lock on the folder);
+- under torchrun on CUDA, more processes on a machine than it has GPUs (one GPU per process), and a resume on CUDA
+  from a checkpoint holding more GPUs' random states than this machine has (written by an earlier trainer).
 SIGTERM (a cluster's pre-emption notice) and SIGINT (Ctrl-C) end the step in progress, write ``latest.pt`` and raise
 ``Interrupted``; the command line then exits with 128 + the signal's number. Exit codes: 0 done, 2 refused to start
 (one line: bad settings, an unusable out_dir, a checkpoint it cannot resume from), 3 stopped while training (one
 line: lasting non-finite values, a checkpoint write that failed; the last good checkpoint is kept).
 
-On CUDA the Trainer turns TF32 on for the whole process (``torch.backends.cuda.matmul.allow_tf32`` and
-``torch.backends.cudnn.allow_tf32``): on Ampere and later GPUs its "fp32" matmuls and convolutions are TF32 (10-bit
-mantissa inputs, fp32 accumulation), not IEEE fp32. The manifest records it ("tf32").
+On CUDA the Trainer turns TF32 on for the whole process (``trainkit.precision.use_tf32``: torch's current settings,
+``torch.backends.cuda.matmul.fp32_precision`` and ``torch.backends.cudnn.conv.fp32_precision`` = "tf32"): on Ampere
+and later GPUs its "fp32" matmuls and convolutions are TF32 (10-bit mantissa inputs, fp32 accumulation), not IEEE
+fp32. The manifest records how fp32 matmuls computed: ``"fp32_matmul": "tf32"`` or ``"ieee"`` (a CPU run).
 """
 from __future__ import annotations
 
@@ -92,6 +99,7 @@ from trainkit.checkpoint import (CHECKPOINT_VERSION, DamagedCheckpoint, OutDirIn
 from trainkit.corpus import ByteTokenizer, TokenData, load_text, unigram_loss
 from trainkit.device import pick_device
 from trainkit.gpt import GPT, GPTConfig, param_counts  # noqa: F401 -- GPTConfig: exported from here too
+from trainkit.precision import fp32_matmul_precision, use_tf32
 from trainkit.train_config import MAX_STEPS, ConfigError, TrainConfig  # noqa: F401 -- exported from here too
 
 class TrainingStopped(RuntimeError):
@@ -141,22 +149,34 @@ def rank_seeds(seed: int, rank: int) -> dict[str, Any]:
             "numpy": words[4:6]}   # np.random.seed takes 32-bit words, not one 64-bit int
 
 
-def _rng_state() -> dict:
-    """This process's random states, as tensors and plain numbers (loadable with ``weights_only=True``)."""
+def _rng_state(device: torch.device) -> dict:
+    """This process's random states, as tensors and plain numbers (loadable with ``weights_only=True``).
+
+    "cuda" holds one state, that of the generator this rank draws from on a GPU (its own device's; [] off CUDA),
+    not ``get_rng_state_all()``: the states of GPUs the run never touched would tie the checkpoint to the number of
+    GPUs of the machine that wrote it, and resuming where fewer are visible could not restore them."""
     kind, key, pos, has_gauss, gauss = np.random.get_state()
     return {"torch": torch.get_rng_state(), "python": random.getstate(),
             "numpy": {"kind": kind, "key": torch.from_numpy(key.astype(np.int64)), "pos": int(pos),
                       "has_gauss": int(has_gauss), "gauss": float(gauss)},
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+            "cuda": [torch.cuda.get_rng_state(device)] if device.type == "cuda" else []}
 
 
-def _set_rng_state(state: dict) -> None:
+def _set_rng_state(state: dict, device: torch.device) -> None:
+    """Restore what ``_rng_state`` saved. A CUDA state is restored only on CUDA: into this rank's device where the
+    checkpoint holds one (the generator it drew from, whichever GPU index it has here), into every GPU where it
+    holds several (a checkpoint of an earlier trainer, which kept every visible GPU's; ``Trainer`` first checks that
+    this machine has that many). Off CUDA, or from a CPU checkpoint, nothing CUDA's is touched: the device kind
+    changed, and the resume records that (``Trainer._check_resume_settings``)."""
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     n = state["numpy"]
     np.random.set_state((n["kind"], n["key"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
-    if state.get("cuda") and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    cuda = list(state.get("cuda") or [])
+    if device.type == "cuda" and len(cuda) == 1:
+        torch.cuda.set_rng_state(cuda[0], device)
+    elif device.type == "cuda" and cuda:
+        torch.cuda.set_rng_state_all(cuda)
 
 
 def _prepare_out_dir(out_dir: Path) -> None:
@@ -201,6 +221,55 @@ def _check_model_fits(cfg: "TrainConfig", device: torch.device) -> None:
                           "choose smaller model.* settings")
 
 
+def _check_gpus_for_ranks(local_rank: int) -> None:
+    """Under torchrun on CUDA every process takes the GPU of its LOCAL_RANK: refuse, in one line, before any rank
+    touches a GPU or waits for the others, when this machine has fewer GPUs than processes. Every rank of the machine
+    refuses (it counts LOCAL_WORLD_SIZE, not only its own index), so none is left waiting in the rendezvous.
+
+    No fallback: ranks sharing a GPU would be refused by NCCL itself ("Duplicate GPU detected"), and moving the run
+    to the CPU behind the user's back is what this trainer never does (device='cuda' without CUDA is refused too); the
+    message says how to get either on purpose."""
+    gpus = torch.cuda.device_count()
+    processes = max(int(os.environ.get("LOCAL_WORLD_SIZE", "0")), local_rank + 1)
+    if processes > gpus:
+        raise ConfigError(f"{processes} processes on this machine train on CUDA, one GPU each, and it has {gpus} "
+                          f"GPU(s): start at most {gpus} (torchrun --nproc_per_node {gpus}), or train on the CPU "
+                          "with gloo (--set device=cpu, or CUDA_VISIBLE_DEVICES='')")
+
+
+def resolve_precision(requested: str, device: torch.device, kept: str | None = None) -> str:
+    """The precision a run computes in: "fp32" or "bf16" as asked; for "auto", ``kept`` where the run already has one
+    (a resume keeps what "auto" became at the run's first start: a CPU run resumed on a GPU stays fp32, a GPU run
+    resumed on a CPU stays bf16), else bf16 on a CUDA GPU with native bf16 and fp32 elsewhere. Refuses bf16 on a
+    GPU that cannot run it."""
+    if requested == "auto" and kept is not None:
+        precision = kept
+    elif requested == "auto":
+        # native bf16 only (Ampere and later): the default counts T4's and V100's emulated bf16, slower than fp32
+        bf16_ok = device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
+        precision = "bf16" if bf16_ok else "fp32"   # bf16 autocast is slower than fp32 on most CPUs
+    else:
+        precision = requested
+    # an explicit "bf16" is honoured where bf16 at least runs (emulated on a T4 or V100)
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        if requested == "auto":
+            raise ConfigError("precision 'auto' keeps bf16, what this run has trained in since its first start, but "
+                              "this GPU has no bf16 support; set precision=fp32 to go on in fp32 (the manifest "
+                              "records the change), or resume on a GPU with bf16")
+        raise ConfigError("precision 'bf16' asked for, but this GPU has no bf16 support")
+    return precision
+
+
+def _setup_precision(requested: str, device: torch.device) -> str:
+    """The Trainer's precision set-up: the resolved precision; on CUDA, TF32 turned on for the process."""
+    precision = resolve_precision(requested, device)
+    if device.type == "cuda":
+        # process-wide: from here on every fp32 matmul and convolution in this process (this run's "fp32", and the
+        # fp32 parts of a bf16 run) is TF32 on Ampere and later; the manifest records it as fp32_matmul "tf32"
+        use_tf32()
+    return precision
+
+
 def load_data(cfg: TrainConfig) -> TokenData:
     tok = ByteTokenizer()
     if cfg.data == "pydoc":
@@ -235,6 +304,16 @@ MUST_MATCH_ON_RESUME = {
     "optimizer": "the checkpoint's optimiser state belongs to this optimiser",
     "eval_batches": "best.pt was chosen by validation losses over this many batches",
 }
+
+
+def _checkpoint_device(state: dict) -> str | None:
+    """The kind of device ("cpu", "cuda") a checkpoint's run trained on: recorded since the trainer keeps it; for an
+    earlier checkpoint, "cpu" where no rank holds a CUDA random state (that trainer saved them wherever CUDA was
+    available), else unknown (None)."""
+    recorded = state.get("resolved", {}).get("device")
+    if recorded is not None:
+        return recorded
+    return "cpu" if not any(rank.get("cuda") for rank in state["rng"]) else None
 
 
 def _flatten(config: dict) -> dict:
@@ -288,6 +367,7 @@ class Trainer:
         if self.ddp:
             local_rank = int(os.environ.get("LOCAL_RANK", "0"))
             if device.type == "cuda":
+                _check_gpus_for_ranks(local_rank)
                 device = torch.device("cuda", local_rank)
                 torch.cuda.set_device(device)
             if not dist.is_initialized():
@@ -300,20 +380,8 @@ class Trainer:
         self.is_main = self.rank == 0
 
         # -- precision ----------------------------------------------------------------------------------
-        if cfg.precision == "auto":
-            # native bf16 only (Ampere and later): the default counts T4's and V100's emulated bf16, slower than fp32
-            bf16_ok = device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
-            self.precision = "bf16" if bf16_ok else "fp32"   # bf16 autocast is slower than fp32 on most CPUs
-        else:
-            self.precision = cfg.precision
-        # an explicit "bf16" is honoured where bf16 at least runs (emulated on a T4 or V100)
-        if self.precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-            raise ConfigError("precision 'bf16' asked for, but this GPU has no bf16 support")
-        if device.type == "cuda":
-            # process-wide: from here on every fp32 matmul and convolution in this process (this run's "fp32", and
-            # the fp32 parts of a bf16 run) is TF32 on Ampere and later; recorded in the manifest as "tf32"
-            torch.backends.cuda.matmul.allow_tf32 = True
-            torch.backends.cudnn.allow_tf32 = True
+        # a resume may replace "auto"'s choice with the checkpoint's (``_restore``): the precision the run began with
+        self.precision = _setup_precision(cfg.precision, device)
 
         # -- data, model, optimiser, schedule --------------------------------------------------------------
         self.data = load_data(cfg)
@@ -679,7 +747,7 @@ class Trainer:
 
     # -- checkpoints -------------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        rng = _rng_state()
+        rng = _rng_state(self.device)
         if self.ddp:
             every = [None] * self.world_size
             dist.all_gather_object(every, rng)
@@ -690,7 +758,10 @@ class Trainer:
                 "schedule": {"kind": self.cfg.schedule, "lr_next": self.lr_at(self.step)},
                 "rng": every, "world_size": self.world_size, "history": self.history,
                 "skips_in_a_row": self._skips_in_a_row, "data": self.data.describe(),
-                "config": self.cfg.to_dict(), "compile_status": dict(self.compile_status)}
+                "config": self.cfg.to_dict(), "compile_status": dict(self.compile_status),
+                # the precision this run trains in (what "auto" became at its first start: a resume with "auto"
+                # keeps it) and the kind of device it ran on
+                "resolved": {"precision": self.precision, "device": self.device.type}}
 
     def save_checkpoint(self, path: str | os.PathLike) -> None:
         """Write everything needed to resume exactly, with its checksum, atomically; under DDP only rank 0 writes
@@ -749,6 +820,7 @@ class Trainer:
 
     def _restore(self, state: dict, name: str) -> None:
         self._check_resume_settings(state, name)
+        self._keep_precision(state, name)
         # the checkpoint gives the optimiser's state (moments, step counts); its hyperparameters (lr, betas, eps,
         # weight decay) are this run's, which load_state_dict would otherwise overwrite with the checkpoint's
         hyper = [{k: v for k, v in group.items() if k != "params"} for group in self.optimizer.param_groups]
@@ -761,7 +833,7 @@ class Trainer:
         self.history = state["history"]
         self._skips_in_a_row = int(state["skips_in_a_row"])
         self._latest_saved_at = self.step
-        _set_rng_state(state["rng"][self.rank])
+        _set_rng_state(state["rng"][self.rank], self.device)
 
     def _check_resume_settings(self, state: dict, name: str) -> None:
         """Refuse (one line naming the setting) a resume that would silently be another run; record every other
@@ -786,10 +858,43 @@ class Trainer:
         if self.cfg.steps < state["step"]:
             raise ConfigError(f"cannot resume from {name}: it has run {state['step']} steps, more than "
                               f"steps={self.cfg.steps}")
+        cuda_states = len(state["rng"][self.rank].get("cuda") or [])
+        if self.device.type == "cuda" and cuda_states > torch.cuda.device_count():
+            # only a checkpoint of an earlier trainer, which saved every visible GPU's generator, holds several
+            raise ConfigError(f"cannot resume from {name}: its rank {self.rank} holds the random states of "
+                              f"{cuda_states} CUDA GPUs and this machine has {torch.cuda.device_count()}; an exact "
+                              f"resume needs the same GPUs: resume where {cuda_states} are visible, or start afresh "
+                              "in another out_dir")
+        ran_on = _checkpoint_device(state)
+        if ran_on is not None and ran_on != self.device.type:
+            # the config may say "auto" both times: the device kind is compared as resolved, and recorded
+            changes["resolved.device"] = [ran_on, self.device.type]
+            self.note(f"resuming from {name} on {self.device.type} a run that ran on {ran_on} until step "
+                      f"{state['step']}: from here on it is not bit-identical to a run that never stopped (other "
+                      "kernels, other random generators); an exact resume needs the same kind of device")
         self.resume_changes = changes
         if changes:
             self.note(f"resuming from {name} with changed settings, applied from step {state['step']} on: "
                       + ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items()))
+
+    def _keep_precision(self, state: dict, name: str) -> None:
+        """precision="auto" keeps what it became at the run's first start (the checkpoint's), so that resuming on
+        another machine never changes the numerics without a word; an explicit precision applies as asked (a
+        change from the checkpoint's config is recorded like any other)."""
+        kept = state.get("resolved", {}).get("precision")
+        if kept is None and _checkpoint_device(state) == "cpu":
+            kept = "fp32"   # a checkpoint of an earlier trainer, from a CPU run: "auto" meant fp32 there
+        try:
+            precision = resolve_precision(self.cfg.precision, self.device, kept=kept)
+        except ConfigError as e:
+            raise ConfigError(f"cannot resume from {name}: {e}") from None
+        if self.cfg.precision == "auto" and kept is not None:
+            fresh = resolve_precision("auto", self.device)
+            if fresh != kept:
+                self.note(f"precision auto stays {kept}, what this run has trained in since its first start (a new "
+                          f"run here would pick {fresh}); set precision={fresh} to change it from step "
+                          f"{state['step']} on (the manifest records the change)")
+        self.precision = precision
 
     def note(self, message: str) -> None:
         """Keep a one-line remark about this start in ``notes`` and print it (rank 0, stdout)."""
@@ -804,11 +909,12 @@ class Trainer:
                 "python": platform.python_version(), "platform": platform.platform(),
                 "versions": {name: _version(name) for name in ("numpy", "wandb", "tensorboard", "lion-pytorch")},
                 "command": list(sys.argv), "threads": torch.get_num_threads(),
-                # None on a CPU run; "tf32": fp32 matmuls really run as TF32 (turned on above, and the GPU has it)
+                # None on a CPU run
                 "cuda": torch.version.cuda if on_cuda else None,
                 "cudnn": torch.backends.cudnn.version() if on_cuda else None,
                 "gpu": torch.cuda.get_device_name(self.device) if on_cuda else None,
-                "tf32": bool(on_cuda and torch.backends.cuda.matmul.allow_tf32 and torch.cuda.is_tf32_supported()),
+                # how this run's fp32 matmuls compute: "tf32" on a GPU that has it (turned on above), else "ieee"
+                "fp32_matmul": fp32_matmul_precision(self.device),
                 "tokenizer": self.data.tokenizer.describe(), "data": {"source": self.cfg.data, **self.data.describe()},
                 "seed": self.cfg.seed, "world_size": self.world_size, "device": str(self.device),
                 "precision": self.precision, "compile": dict(self.compile_status), "params": self.counts,

@@ -133,7 +133,9 @@ def run_config(spec: dict, optimizer: str, config: dict, steps: int, seed: int) 
     ``seed`` fixes the initialisation and the order of the minibatches (a fresh shuffle every epoch)."""
     config = check_config(optimizer, config)
     x_train, y_train, x_val, y_val = _data(spec["kind"], tuple((k, spec[k]) for k in DATA_KEYS[spec["kind"]]))
-    with torch.random.fork_rng(devices=[]):
+    # torch.manual_seed seeds the CPU's generator and every CUDA device's: fork them all, so that a run leaves the
+    # caller's random state as it was on every device (devices=[] would give back only the CPU's)
+    with torch.random.fork_rng(devices=range(torch.cuda.device_count())):
         torch.manual_seed(seed)
         model = build_model(spec)
     if optimizer == "adamw":

@@ -1,8 +1,9 @@
-"""Lab 8's challenge on the grader's side: the hidden seed, the trusted re-scoring, the class leaderboard.
+"""Lab 8's challenge on the grader's side: the course's seed, the trusted re-scoring, the class leaderboard.
 
 Instructor-only (not in the student edition). During ``make grade`` each submission's kernel, in its sandbox,
-re-runs the student's entry with ``HIDDEN_SEED`` (the hidden part of the challenge's test cells) and writes the
-trained weights and the run's record into ``$TRAINKIT_CHALLENGE_DIR``. Then, outside the sandbox, ``apply``:
+re-runs the student's entry with the course's seed (``graders_seed``, called by the hidden part of the challenge's
+test cells) and writes the trained weights and the run's record into ``$TRAINKIT_CHALLENGE_DIR`` as ``RUN_FILE``.
+Then, outside the sandbox, ``apply``:
 - loads that file without running any of its code (``torch.load(weights_only=True)``), checks the model against
   the challenge's rules before building it, and scores the weights itself with ``trainkit.challenge.evaluate``;
 - gives each challenge test cell at most the points that trusted score earns (a kernel that reported a better
@@ -12,6 +13,14 @@ trained weights and the run's record into ``$TRAINKIT_CHALLENGE_DIR``. Then, out
 ``.html``. What this does not prove: that the entry's code stayed inside its budget by means the harness cannot
 see from the kernel (training outside ``run_entry``, weights smuggled into the notebook); read the code of the
 top entries, as every leaderboard that re-runs submissions does.
+
+The course's seed (``course_seed``) is in no file of the repository: it is drawn with ``secrets`` the first time the
+grader imports this module and kept in ``SEED_FILE`` next to it, in the instructor's checkout (git-ignored; the student
+edition never ships this folder; the sandbox hides it; ``autograder.lending`` lends it, with this module, only to the
+test cells that import this module). No message, file name, record or leaderboard names it. What that does not hide:
+the student's code runs with it during grading (it is the run's ``cfg.seed``), so a determined student can print it
+into their own graded notebook and tune on it before resubmitting. Delete the file to draw a new seed for a new class
+(keep it while a class is graded: a new seed changes every challenge score at the next regrade).
 
 Where the bands come from (``trainkit.challenge.BANDS``; kept here, out of the student edition, because the figures name
 tuned configurations): the top band, ``TUNED_LOSS`` = 2.25, is what careful tuning reaches. A trial student who tuned
@@ -27,27 +36,95 @@ import csv
 import html
 import json
 import math
+import os
+import secrets
 from pathlib import Path
 
 ASSIGNMENT = "08_infra_lab"
-HIDDEN_SEED = 1729
 # The challenge's test cells and the band each one needs (trainkit.challenge.BANDS).
 CELLS = {"test_challenge_entry__learns": "learns", "test_challenge_entry__preset": "preset",
          "test_challenge_entry__tuned": "tuned"}
-RUN_FILE = f"seed{HIDDEN_SEED}.pt"
+RUN_FILE = "graded_run.pt"     # = trainkit.challenge.GRADED_RUN_FILE: a name that does not carry the seed
 RECORD = "challenge.json"
+# lending's convention (<stem>_unseen.json for <stem>_check.py): the file is lent with this module, and only with it
+SEED_FILE = "challenge_unseen.json"
 TOLERANCE = 1e-3     # the kernel's and the grader's evaluate() may differ in the last digits (thread counts)
 
 
-def verify(path: Path) -> dict:
-    """The trusted record of one saved run: {"status": "verified" | reason, "val_loss", "claimed", ...}."""
+# ------------------------------------------------------------------------------------------------ the seed
+def _here() -> Path:
+    return Path(__file__).resolve().parent
+
+
+def _is_lent() -> bool:
+    """Whether this is a copy the grader lent to a test cell (its own temporary folder), not the instructor's file."""
+    import autograder
+
+    return _here() != Path(autograder.UNSEEN_DIR).resolve()
+
+
+def course_seed(folder: str | Path | None = None) -> int:
+    """The course's challenge seed: the one in ``folder/SEED_FILE`` (default: next to this module), drawn there on
+    first use. A lent copy only reads the seed the grader lent with it: drawing one there would grade on a seed that
+    nobody keeps."""
+    # the default is spelt out for tests/test_lending.py, which checks that a module reads only what is lent with it
+    path = Path(__file__).resolve().with_name("challenge_unseen.json") if folder is None else Path(folder) / SEED_FILE
+    if not path.is_file():
+        if folder is None and _is_lent():
+            raise RuntimeError("the grader lent this test no challenge seed (autograder/lending.py lends "
+                               f"autograder/unseen/{SEED_FILE} with this module): the grader's fault, not yours")
+        _draw(path)
+    return int(json.loads(path.read_text(encoding="utf-8"))["seed"])
+
+
+def _draw(path: Path) -> None:
+    """Write a fresh seed to ``path`` unless one is there: the first writer wins, so graders that start at once
+    (parallel workers, shards) keep one seed."""
+    # 63 random bits: far too many seeds to find this one by re-running an entry until its score matches one that
+    # a feedback or the leaderboard shows (a run is seconds)
+    text = json.dumps({"seed": secrets.randbits(63),
+                       "about": "lab 8's challenge seed for this course (autograder/unseen/challenge_check.py): "
+                                "never commit or publish it"}) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)   # the instructor's only
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    try:
+        os.link(tmp, path)          # atomic, and fails where another grader's seed is already in place
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def graders_seed() -> int:
+    """The seed a challenge test cell re-runs the entry with at grading (the hidden part binds this function, not the
+    number, so that ``lending.forget`` takes it out of the notebook after the cell, and the checks cell knows to name
+    it "the grader's seed" and never print it)."""
+    return course_seed()
+
+
+# Drawn now, outside any sandbox, when the grader imports this module from the instructor's folder (autograder/grade.py
+# does, before it lends anything): lending lists the data files it lends with a module by what is in the folder.
+if not _is_lent():
+    try:
+        course_seed()
+    except OSError:      # a read-only checkout: apply() (the grader, before it trusts a run) raises it again
+        pass
+
+
+# ------------------------------------------------------------------------------------------------ the re-scoring
+def verify(path: Path, seed: int | None = None) -> dict:
+    """The trusted record of one saved run with the course's seed (or ``seed``): {"status": "verified" | reason,
+    "val_loss", "claimed", ...}. The record holds no seed: it reaches the leaderboard."""
     import torch
 
     from trainkit import challenge
     from trainkit.gpt import GPT, GPTConfig
 
     if not path.is_file():
-        return {"status": "no run saved (the entry did not run to the end with the hidden seed)"}
+        return {"status": "no run saved (the entry did not run to the end with the grader's seed)"}
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True)
         record, model_fields, state = saved["record"], saved["model"], saved["state_dict"]
@@ -56,10 +133,9 @@ def verify(path: Path) -> dict:
     except Exception as exc:          # not our file format: nothing of it is trusted
         return {"status": f"unreadable run file ({type(exc).__name__})"}
     out = {"claimed": claimed, "tokens": tokens, "steps": steps, "wall_s": record.get("wall_s"),
-           "overrides": record.get("overrides"), "trainer": str(record.get("trainer", ""))[:80],
-           "seed": record.get("seed")}
-    if record.get("seed") != HIDDEN_SEED:
-        return {**out, "status": f"the run used seed {record.get('seed')!r}, not the grader's"}
+           "overrides": record.get("overrides"), "trainer": str(record.get("trainer", ""))[:80]}
+    if record.get("seed") != (course_seed() if seed is None else seed):
+        return {**out, "status": "the run did not use the grader's seed"}
     if tokens > challenge.TOKEN_BUDGET or steps > challenge.MAX_STEPS:
         return {**out, "status": f"over budget: {tokens:,} tokens in {steps} steps"}
     try:
@@ -94,7 +170,8 @@ def apply(result, challenge_dir: Path) -> None:
     cells = {key: CELLS[key[1]] for key in result.grades if key[1] in CELLS}
     if result.assignment != ASSIGNMENT or not cells:
         return
-    record = verify(challenge_dir / RUN_FILE)
+    seed = course_seed()    # raises (the grader's fault: grade.py keeps the old grade) where there is none to read
+    record = verify(challenge_dir / RUN_FILE, seed)
     for key, band in cells.items():
         auto, needs_manual = result.grades[key]
         result.grades[key] = (auto if reaches(record, band) else 0.0, needs_manual)
@@ -102,6 +179,7 @@ def apply(result, challenge_dir: Path) -> None:
     dest = result.scratch / "autograded" / result.student / result.assignment / RECORD
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(record, indent=1, default=str), encoding="utf-8")
+    result.grader_files.append(RECORD)     # the course keeps it (grade.copy_graded): the grader wrote it, not the kernel
 
 
 def forget(course: Path, student: str, assignment: str) -> None:
@@ -153,7 +231,9 @@ def write_leaderboard(course: Path) -> Path | None:
         "<!doctype html><html><head><meta charset='utf-8'><title>Lab 8 challenge: leaderboard</title>"
         "<style>body{font-family:sans-serif}td,th{padding:2px 8px;border-bottom:1px solid #ddd}</style></head><body>"
         "<h1>Lab 8 challenge: leaderboard</h1>"
-        f"<p>Validation loss of each entry re-run by the grader with a seed nobody saw, scored from its weights "
-        f"(budget {TOKEN_BUDGET:,} training tokens). Bands: {bands}.</p>"
+        f"<p>Validation loss of each entry re-run by the grader with a seed drawn at random for this course and "
+        f"published nowhere (not in the lab, the feedback or this page), scored by the grader from the weights the run "
+        f"saved (budget {TOKEN_BUDGET:,} training tokens). Each entry's own code ran with that seed while it was "
+        f"graded, so the seed is unpublished, not unknowable. Bands: {bands}.</p>"
         f"<table><tr>{head}</tr>\n{body}</table></body></html>\n", encoding="utf-8")
     return out / "challenge_leaderboard.csv"

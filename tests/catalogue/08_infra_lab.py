@@ -126,7 +126,7 @@ class OtherInitTrainer(Trainer):
     def __init__(self, cfg, init_seed, logger=None):
         super().__init__(cfg, logger=logger)
         self.init_seed = init_seed
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=range(torch.cuda.device_count())):
             torch.manual_seed(init_seed)
             initial = GPT(cfg.model).state_dict()
         self.raw_model.load_state_dict(initial)
@@ -280,19 +280,24 @@ class CosineTrainer(Trainer):
                                                "    return float(sum(rates) / len(rates))")},
     "throughput_no_validation": {"bf16": _swap(BF16_OK, "    if skip < 0 or skip >= len(tokens):\n"
                                                "        raise ValueError(f\"skip must be in [0, {len(tokens)}), got {skip}\")\n", "")},
-    # the other initialisation: a seed for both (other batches), the run's random stream replaced, a re-init that
-    # draws in another order than GPT(cfg.model), a logger dropped
+    # the other initialisation: a seed for both (other batches), the run's random stream replaced (on the CPU, or on
+    # the CUDA devices only), a re-init that draws in another order than GPT(cfg.model), a logger dropped
     "other_init_changes_batches_too": {"bf16": _swap(BF16_OK, "        super().__init__(cfg, logger=logger)\n        self.init_seed",
                                                      "        super().__init__(dataclasses.replace(cfg, seed=init_seed), logger=logger)\n"
                                                      "        self.init_seed")},
-    "other_init_no_fork_rng": {"bf16": _swap(BF16_OK, """        with torch.random.fork_rng(devices=[]):
+    "other_init_no_fork_rng": {"bf16": _swap(BF16_OK, """        with torch.random.fork_rng(devices=range(torch.cuda.device_count())):
             torch.manual_seed(init_seed)
             initial = GPT(cfg.model).state_dict()""", """        torch.manual_seed(init_seed)
         initial = GPT(cfg.model).state_dict()""")},
-    "other_init_reinit_in_place": {"bf16": _swap(BF16_OK, """        with torch.random.fork_rng(devices=[]):
+    # the fork of the CPU's generator only (the lab's earlier reference): torch.manual_seed(init_seed) also seeds
+    # every CUDA device's, so on a GPU the run's dropout draws from init_seed's stream; on a CPU the test's stand-in
+    # CUDA device shows it
+    "other_init_forks_cpu_only": {"bf16": _swap(BF16_OK, "fork_rng(devices=range(torch.cuda.device_count()))",
+                                                "fork_rng(devices=[])")},
+    "other_init_reinit_in_place": {"bf16": _swap(BF16_OK, """        with torch.random.fork_rng(devices=range(torch.cuda.device_count())):
             torch.manual_seed(init_seed)
             initial = GPT(cfg.model).state_dict()
-        self.raw_model.load_state_dict(initial)""", """        with torch.random.fork_rng(devices=[]):
+        self.raw_model.load_state_dict(initial)""", """        with torch.random.fork_rng(devices=range(torch.cuda.device_count())):
             torch.manual_seed(init_seed)
             self.raw_model._init_weights()""")},
     "other_init_drops_logger": {"bf16": _swap(BF16_OK, "        super().__init__(cfg, logger=logger)\n        self.init_seed",
