@@ -1,9 +1,11 @@
 """Instructor side of lab 4's tuning exercise: the grader's hidden tasks, and the bar each graded run must reach.
 
 A task's bar, per optimiser, comes from a reference sweep: the learning rate stepped by a factor 10**(1/4) from 1e-6
-to 10 (every other hyper-parameter at its default), each run for the task's full length on the grading seeds; the
-best mean loss of the sweep, plus ``MARGIN`` of it, is the bar. A configuration passes a task when the mean of its
-own runs on the same seeds is at most the bar. ``python -m autograder.tuning_check build`` runs the sweeps (a few
+to 10 (every other hyper-parameter at its default), each run for the task's full length on the grading seeds. The
+bar lets a configuration's excess over the task's floor (``tuning.floor``: what no model can beat) be at most
+``1 + MARGIN`` times the sweep's best excess (``trainkit.data.excess_bar``, lab 2's rule too): a ratio of whole
+losses was loose where the floor is high (the bigram LM's bar admitted learning rates a factor 100 apart). A
+configuration passes a task when the mean of its own runs on the same seeds is at most the bar. ``python -m autograder.tuning_check build`` runs the sweeps (a few
 minutes) and stores the visible tasks with their bars in trainkit/tuning_visible.json and the hidden ones in
 autograder/unseen/tuning_unseen.json, so grading never sweeps; tests/test_tuning.py re-runs a sample of each.
 
@@ -19,10 +21,11 @@ import sys
 from pathlib import Path
 
 from trainkit import tuning
+from trainkit.data import excess_bar
 
 HIDDEN_FILE = Path(__file__).with_name("tuning_unseen.json")
 GRID = [10 ** (k / 4) for k in range(-24, 5)]        # 1e-6 ... 10, four per decade
-MARGIN = 0.30                                        # a pass: mean loss at most 30 % above the sweep's best
+MARGIN = 0.30                                        # a pass: an excess over the floor at most 30 % above the best
 HIDDEN_SEEDS = (7, 8)                                # the grader's seeds; the visible tests use tuning.VISIBLE_SEEDS
 STEPS = 150
 
@@ -66,11 +69,12 @@ def sweep(spec: dict, optimizer: str, seeds) -> list[float]:
 def with_bars(specs: list[dict], seeds) -> list[dict]:
     out = []
     for spec in specs:
-        entry = dict(spec, bar={}, best_lr={})
+        entry = dict(spec, floor=tuning.floor(spec), best={}, bar={}, best_lr={})
         for optimizer in tuning.OPTIMIZERS:
             losses = sweep(spec, optimizer, seeds)
             i = min(range(len(GRID)), key=losses.__getitem__)
-            entry["bar"][optimizer] = (1 + MARGIN) * losses[i]
+            entry["best"][optimizer] = losses[i]
+            entry["bar"][optimizer] = excess_bar(losses[i], entry["floor"], 1 + MARGIN)
             entry["best_lr"][optimizer] = GRID[i]
             print(f"  {spec['name']:45s} {optimizer:5s} best lr {GRID[i]:.2g}, loss {losses[i]:.4g}", flush=True)
         out.append(entry)
