@@ -321,11 +321,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "build" / "student-edition"),
                         help="folder to write (default: build/student-edition); .git in it is kept")
     parser.add_argument("--archive", action="store_true", help="also write OUT.tar.gz")
+    parser.add_argument("--quiet", action="store_true", help="no publishing hint (an edition built for make hub)")
     args = parser.parse_args(argv)
     out = build(args.out, archive=args.archive)
     n = len(plan())
     print(f"student edition: {n} files in {out}" + (f" and {out.name}.tar.gz next to it" if args.archive else ""))
-    print(f"publish: cd {out} && git init (first time) && git add -A && git commit -m 'Course update' && git push")
+    if not args.quiet:   # make hub builds one for its own use: nothing to publish there
+        print(f"publish: cd {out} && git init (first time) && git add -A && git commit -m 'Course update' && git push")
     return 0
 
 

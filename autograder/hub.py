@@ -207,7 +207,7 @@ def student_edition(hub: Path) -> Path:
     """The student edition of this checkout (a few seconds): what the students' environment installs, and the
     lessons each student's server starts with."""
     edition = hub / "student-edition"
-    subprocess.run([sys.executable, "-m", "autograder.edition", "--out", str(edition)], check=True, cwd=ROOT)
+    subprocess.run([sys.executable, "-m", "autograder.edition", "--out", str(edition), "--quiet"], check=True, cwd=ROOT)
     return edition
 
 

@@ -232,6 +232,8 @@ class CosineTrainer(Trainer):
                                                                  "if step < self.poison_step:")},
     "skip_poison_always_nan": {"skip_on_nonfinite": _swap(SKIP_OK, "p.grad.view(-1)[0] = self.value",
                                                           "p.grad.view(-1)[0] = math.nan")},
+    "poison_drops_logger": {"skip_on_nonfinite": _swap(SKIP_OK, "super().__init__(cfg, logger=logger)",
+                                                       "super().__init__(cfg)")},
     "poison_fills_whole_grad": {"skip_on_nonfinite": _swap(SKIP_OK, "p.grad.view(-1)[0] = self.value", "p.grad.fill_(self.value)")},
     "poison_every_param": {"skip_on_nonfinite": _swap(SKIP_OK, "                    p.grad.view(-1)[0] = self.value\n                return\n",
                                                       "                    p.grad.view(-1)[0] = self.value\n")},
