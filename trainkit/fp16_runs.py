@@ -34,7 +34,9 @@ since import. The grader gives a recipe ``PASS_BUDGET = 250`` passes per variant
 diagnosis needs a handful, a few short trial runs under a hundred): it calls ``fp16_recipe`` inside
 ``with pass_budget():``, where the pass after the 250th raises ``BudgetExceeded`` and the variant is a miss.
 ``pass_budget(limit)`` is yours to check your own function with; a scope opened inside another cannot raise the
-outer one's limit. Trying every recipe on full runs (24 of them, 1525 passes) does not fit.
+outer one's limit. A brute-force grid does not fit: 6 initial scales x 4 choices of what stays in fp32 (nothing, or
+one of the three parts) is 24 recipes, and their full runs plus the fp32 run they are compared with are 25 x 61 =
+1 525 passes.
 
     from trainkit.fp16_runs import Recipe, load_visible_variants, train_fp16
     variants = load_visible_variants()

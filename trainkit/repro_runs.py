@@ -51,9 +51,11 @@ runs that computed the same thing have equal logs, bit for bit.
 | ``code_change`` | the code differs (uncommitted changes, or another commit) in a way that changes what the run computes |
 | ``nondeterministic`` | the same settings and seeds (and code, or an edit that changes nothing the run computes); a reduction whose order is not fixed makes a sum differ in its last bits: a training step's (the runs drift apart from there) or a validation loss's (that logged value alone) |
 
-**How the non-determinism is emulated (say so when you use it).** A GPU kernel that sums many values (a gradient over
-a minibatch, a scatter-add) often adds the partial sums of its blocks with atomic adds, in the order the blocks finish;
-floating-point addition is not associative, so the total can change in its last bits from one run to the next. Here
+**How the non-determinism is emulated (say so when you use it).** A GPU kernel that accumulates many values into the
+same places (a scatter-add such as ``index_add_`` or ``scatter_add_`` on a CUDA tensor, both on the list of
+``torch.use_deterministic_algorithms``) adds them with atomic adds, in the order the threads get there; floating-point
+addition is not associative, so the total can change in its last bits from one run to the next. (A matrix product,
+such as a linear layer's weight gradient, is a cuBLAS GEMM: deterministic for a fixed configuration.) Here
 each step's loss and gradient are the sums of the contributions of ``SLICES`` slices of the minibatch; a deterministic
 run adds them in a fixed order, a racy one (``race > 0``) adds them, at a step with probability ``race``, in another
 order. A validation loss is the sum of ``EVAL_BLOCKS`` blocks' partial sums, which a racy evaluation (``eval_race >
