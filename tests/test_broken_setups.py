@@ -1,5 +1,6 @@
 """Lab 6's blind setups (trainkit.broken_setups, autograder.setups_check): every graded setup is broken in exactly
-the part it names, the bug costs its run, and the grader's setups differ from the visible ones."""
+the part it names, the bug costs its run, the grader's setups differ from the visible ones, and every kind of
+breakage the grader uses is shown by a visible setup."""
 from __future__ import annotations
 
 import dataclasses
@@ -25,7 +26,7 @@ def _sound_of(spec):
 def test_visible_setups_cover_every_part_on_both_tasks():
     parts = {(s["task"], s["part"]) for s in VISIBLE}
     assert parts == {(t, p) for t in bs.TASKS for p in bs.PARTS}
-    assert len(VISIBLE) == 42
+    assert len(VISIBLE) == 63
 
 
 def test_a_broken_setup_differs_from_the_sound_one_in_its_part_only():
@@ -69,6 +70,31 @@ def test_unseen_setups_break_every_part_in_ways_the_visible_ones_never_show():
                                                 for s in VISIBLE}
     assert STORED == [s for s in setups_check.unseen_specs() if s in STORED], "stored specs are the build's, in order"
     assert len(STORED) >= 0.8 * len(setups_check.unseen_specs())
+
+
+def test_every_kind_of_breakage_the_grader_uses_is_shown_by_a_visible_setup():
+    """A careful student's visible setups must not promise more than the unseen ones give: each hidden bug names the
+    visible bug of its kind (another mechanism, size or place), in the same part, and that bug is in the visible set
+    on a task where the hidden one is graded, or on the digits (measured: some kinds show on one task only)."""
+    assert set(setups_check.SHOWN_BY) == set(setups_check.HIDDEN_BUGS)
+    visible = {(s["task"], s["part"], s["kind"]) for s in VISIBLE}
+    for hidden, shown in setups_check.SHOWN_BY.items():
+        assert hidden[0] == shown[0] and shown in bs.BUGS, (hidden, shown)
+        graded_on = {s["task"] for s in STORED if (s["part"], s["kind"]) == hidden}
+        shown_on = {task for task, *kind in visible if tuple(kind) == shown}
+        assert shown_on & graded_on or "digits" in shown_on, f"{hidden} is graded on {graded_on}, {shown} shown on {shown_on}"
+    assert {(s["part"], s["kind"]) for s in VISIBLE} == set(bs.BUGS), "every visible bug has a visible setup"
+
+
+def test_the_intent_describes_the_sound_model_layer_by_layer():
+    for spec in ({"task": "digits", "width": 48, "depth": 2, "dropout": 0.5}, {"task": "regression", "width": 32}):
+        setup = bs.make_setup(spec)
+        intent, model = setup.intent, setup.model()
+        dims = [intent["inputs"]] + [intent["width"]] * intent["depth"] + [intent["outputs"]]
+        assert sum(p.numel() for p in model.parameters()) == sum(a * b + b for a, b in zip(dims, dims[1:]))
+        assert (intent["activation"], intent["dropout"]) == (("relu", 0.5) if spec["task"] == "digits" else ("tanh", 0.0))
+        out = model(setup.data.x_val[:5])
+        assert tuple(out.shape) == ((5, 10) if spec["task"] == "digits" else (5,))
 
 
 def test_train_setup_says_when_an_order_is_shorter_than_a_minibatch():

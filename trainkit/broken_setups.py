@@ -31,6 +31,7 @@ too, on other seeds, widths and data splits.
 """
 from __future__ import annotations
 
+import copy
 import math
 import types
 from dataclasses import dataclass, field
@@ -194,6 +195,8 @@ def sound_setup(spec: dict) -> Setup:
     else:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
     intent["loss"] = "cross-entropy of the logits" if task == "digits" else "mean squared error"
+    n_in, _, _, n_out, activation, *_ = NET_ARGS[task](width, depth, dropout)
+    intent.update(inputs=n_in, width=width, depth=depth, activation=activation, dropout=dropout, outputs=n_out)
     lr0, decay = intent["lr"], intent["lr_decay_per_epoch"]
 
     def order(targets, epoch, generator):
@@ -298,29 +301,161 @@ def _leaked_labels(s: Setup):
     return _with_data(s, x_train=x)                                           # training only
 
 
+def _noisy_column(s: Setup):
+    d = s.data
+    g = torch.Generator().manual_seed(5)
+    y = d.y_train.float()
+    x = d.x_train.clone()
+    column = 20 if s.task == "digits" else 2
+    x[:, column] = (y - y.mean()) / y.std() + 0.5 * torch.randn(len(y), generator=g)   # a noisy copy of the target,
+    return _with_data(s, x_train=x)                                                     # in training only
+
+
+def _biased_off(s: Setup, bias: float):
+    sound = s.model
+
+    def model():
+        m = sound()
+        with torch.no_grad():
+            m.trunk[0].bias.fill_(bias)                 # the first hidden layer starts saturated (tanh) or off (ReLU)
+        return m
+    return model
+
+
+def _frozen_head(s: Setup):
+    sound = s.model
+
+    def model():
+        m = sound()
+        m.head.requires_grad_(False)                    # the output layer never learns
+        return m
+    return model
+
+
+class _InputDropoutNet(Net):
+    """A model whose forward drops inputs with F.dropout and no training=self.training: on in eval mode too."""
+
+    def forward(self, x):
+        return self.head(self.trunk(F.dropout(x, 0.2)))
+
+
+_InputDropoutNet.__name__ = _InputDropoutNet.__qualname__ = "Net"     # every setup's model is a Net
+
+
+def _input_dropout(s: Setup):
+    sound = s.model
+
+    def model():
+        m = sound()
+        return _InputDropoutNet(m.trunk, m.head)
+    return model
+
+
+def _thin(s: Setup, divisor: int):
+    spec = s.spec
+
+    def model():                                        # a fraction of the width the intent says
+        return _net(*NET_ARGS[s.task](max(2, spec["width"] // divisor), spec["depth"], spec["dropout"]))
+    return model
+
+
+def _reversed_gradient(s: Setup):
+    sound = s.loss
+    return lambda out, y: 2 * sound(out.detach(), y) - sound(out, y)   # the right value, the gradient reversed
+
+
+def _smoothed(s: Setup):
+    return lambda out, y: F.cross_entropy(out, y, label_smoothing=0.6)
+
+
+def _tripled_targets(s: Setup):
+    return lambda out, y: F.mse_loss(out, 3.0 * y)                     # targets in the wrong units
+
+
+def _class_blocks(s: Setup):
+    batch = s.intent["batch_size"]
+
+    def order(targets, epoch, generator):               # every example once, in a fresh order each epoch, but each
+        ranked = torch.argsort(targets.float() + 0.01 * torch.rand(len(targets), generator=generator))
+        full = len(ranked) // batch * batch             # minibatch is one block of neighbouring targets
+        blocks = ranked[:full].view(-1, batch)[torch.randperm(full // batch, generator=generator)]
+        return torch.cat([blocks.reshape(-1), ranked[full:]])
+    return order
+
+
+def _chunk_sum_eval(s: Setup):
+    loss = s.loss
+
+    def evaluate(m, x, y):                              # the mean of each chunk of 64, summed (not averaged)
+        was = m.training
+        m.eval()
+        with torch.no_grad():
+            total = sum(float(loss(m(x[i:i + 64]), y[i:i + 64])) for i in range(0, len(y), 64))
+        m.train(was)
+        return total
+    return evaluate
+
+
+def _rolled_eval(s: Setup):
+    sound = s.evaluate
+    return lambda m, x, y: sound(m, x, torch.roll(y, 1))               # each input with its neighbour's target
+
+
+def _snapshot_eval(s: Setup):
+    sound = s.evaluate
+    kept = {}
+
+    def evaluate(m, x, y):                              # evaluates a copy of the model taken at its first evaluation
+        if "copy" not in kept:
+            kept["copy"] = copy.deepcopy(m)
+        return sound(kept["copy"], x, y)
+    return evaluate
+
+
 BUGS: dict[tuple[str, str], Callable] = {
     ("data", "misaligned"): _misaligned,
     ("data", "leaked_labels"): _leaked_labels,
+    ("data", "noisy_column"): _noisy_column,
     ("model", "init_x10"): lambda s: _scaled_init(s, 10.0),
+    ("model", "init_x0.01"): lambda s: _scaled_init(s, 0.01),
+    ("model", "biased_off"): lambda s: _biased_off(s, -10.0),
     ("model", "detached_trunk"): _detached,
+    ("model", "frozen_head"): _frozen_head,
     ("model", "softmax_output"): lambda s: _appended(s, lambda: nn.Softmax(dim=-1)),
     ("model", "relu_output"): lambda s: _appended(s, nn.ReLU),
+    ("model", "input_dropout"): _input_dropout,
+    ("model", "thin"): lambda s: _thin(s, 16),
     ("loss", "nll_of_logits"): _nll_of_logits,
     ("loss", "broadcast"): _broadcast_loss,
+    ("loss", "reversed_gradient"): _reversed_gradient,
+    ("loss", "smoothed"): _smoothed,
+    ("loss", "tripled_targets"): _tripled_targets,
     ("order", "sorted"): _sorted_order,
     ("order", "first_tenth"): lambda s: _first_part(s, 0.1),
+    ("order", "class_blocks"): _class_blocks,
     ("lr", "per_step_decay"): _per_step_decay,
     ("lr", "x300"): lambda s: _lr_times(s, 300.0),
     ("lr", "x0.01"): lambda s: _lr_times(s, 0.01),
     ("evaluate", "train_mode"): _train_mode_eval,
+    ("evaluate", "chunk_sum"): _chunk_sum_eval,
+    ("evaluate", "rolled_targets"): _rolled_eval,
+    ("evaluate", "snapshot"): _snapshot_eval,
 }
-# The bugs that show on each task (measured: a sorted order or a per-step decay barely hurt the regression, whose
-# random tanh features also fit it well with a detached trunk).
+# The bugs that show on each task (measured with autograder.setups_check.shows_bug: a sorted order, a per-step decay,
+# an order of one-class minibatches, a frozen output layer or a 100x too small init barely hurt the regression, whose
+# random tanh features also fit it well with a detached trunk; label smoothing is a classifier's, tripled targets a
+# regression's).
 TASK_BUGS = {
-    "digits": [k for k in BUGS if k[1] not in ("broadcast", "relu_output")],
+    "digits": [k for k in BUGS if k[1] not in ("broadcast", "relu_output", "tripled_targets")],
     "regression": [k for k in BUGS if k[1] not in ("nll_of_logits", "softmax_output", "sorted", "per_step_decay",
-                                                   "detached_trunk")],
+                                                   "detached_trunk", "frozen_head", "init_x0.01", "smoothed",
+                                                   "class_blocks")],
 }
+# Shown once per task (alternating dropout 0 and 0.5) rather than twice, to keep the lab's run time.
+ONCE = {("data", "noisy_column"), ("model", "init_x0.01"), ("model", "biased_off"), ("model", "frozen_head"),
+        ("model", "input_dropout"), ("model", "thin"), ("loss", "reversed_gradient"), ("loss", "smoothed"),
+        ("loss", "tripled_targets"), ("order", "class_blocks"), ("evaluate", "chunk_sum"),
+        ("evaluate", "rolled_targets"), ("evaluate", "snapshot")}
 
 
 def make_setup(spec: dict, bugs: dict | None = None) -> Setup:
@@ -347,11 +482,17 @@ def make_setup(spec: dict, bugs: dict | None = None) -> Setup:
 # --- the visible setups -------------------------------------------------------------------------------------------
 
 def visible_specs() -> list[dict]:
-    """Every bug of ``BUGS`` on each task it shows on, twice: without dropout and with dropout 0.5 (a train-mode
-    evaluation needs dropout to show: it has dropout 0.5 twice, with widths 64 and 32)."""
+    """Every bug of ``BUGS`` on each task it shows on: twice (without dropout and with dropout 0.5; a train-mode
+    evaluation needs dropout to show: it has dropout 0.5 twice, with widths 64 and 32), or once for those in ``ONCE``
+    (dropout 0 and 0.5 in turn)."""
     specs = []
     for task in TASKS:
+        once = 0
         for part, kind in TASK_BUGS[task]:
+            if (part, kind) in ONCE:
+                specs.append({"task": task, "part": part, "kind": kind, "dropout": (0.0, 0.5)[once % 2], "width": 64})
+                once += 1
+                continue
             for k in range(2):
                 dropout, width = (0.5, (64, 32)[k]) if part == "evaluate" else ((0.0, 0.5)[k], 64)
                 specs.append({"task": task, "part": part, "kind": kind, "dropout": dropout, "width": width})

@@ -1,9 +1,9 @@
 """Instructor side of lab 6's blind setups: the grader's unseen setups, and which of them show their bug.
 
 The unseen setups break the same six parts as the visible ones (``trainkit.broken_setups``), on other widths, depths,
-dropout rates and data splits, and also in ways the visible setups never show (``HIDDEN_BUGS``): a method that only
-recognises the visible bugs misses those, one that checks each part against what it is meant to do finds them. This
-module is instructor-only (not in the student edition) for the same reason as ``runbank_check``: with the hidden
+dropout rates and data splits, and also with bugs of their own (``HIDDEN_BUGS``): each of the same kind as a visible
+bug (``SHOWN_BY``) but another mechanism, size or place of it, so a method that only recognises the visible bugs misses
+them and one that checks each part against what it is meant to do finds them. This module is instructor-only (not in the student edition) for the same reason as ``runbank_check``: with the hidden
 variants in sight, a student could look for them instead of checking the parts.
 
 A setup is graded only if its bug matters: the run it produces reports a final validation loss clearly worse than the
@@ -166,6 +166,28 @@ HIDDEN_BUGS = {
     ("evaluate", "shuffled_targets"): _shuffled_eval,
     ("evaluate", "stale"): _stale_eval,
 }
+# The visible bug that shows each hidden one's kind of breakage (another mechanism, size or place of the same kind), so
+# that a careful student's visible setups show every kind the grader's use: a method that passes the visible setups by
+# checking each part against the table's contract passes these too (tests/test_broken_setups.py).
+SHOWN_BY = {
+    ("data", "shuffled_targets"): ("data", "misaligned"),             # targets that do not belong to their inputs
+    ("data", "noisy_leak"): ("data", "noisy_column"),                 # an input that carries the target, with noise
+    ("model", "init_x6"): ("model", "init_x10"),                      # weights far from nn.Linear's default scale
+    ("model", "dead_units"): ("model", "biased_off"),                 # hidden units that start off or saturated
+    ("model", "frozen_trunk"): ("model", "frozen_head"),              # parameters that do not require a gradient
+    ("model", "functional_dropout"): ("model", "input_dropout"),      # random in eval mode
+    ("model", "narrow"): ("model", "thin"),                           # fewer units than the intent says
+    ("loss", "detached"): ("loss", "reversed_gradient"),              # the right value, the wrong gradient
+    ("loss", "label_smoothing"): ("loss", "smoothed"),                # another loss of the logits
+    ("loss", "scaled_targets"): ("loss", "tripled_targets"),          # the targets rescaled inside the loss
+    ("order", "one_batch"): ("order", "first_tenth"),                 # a part of the training set only
+    ("order", "two_classes_per_batch"): ("order", "class_blocks"),    # minibatches of neighbouring targets
+    ("lr", "warmup_forever"): ("lr", "x0.01"),                        # far below the intended rate
+    ("lr", "x1000"): ("lr", "x300"),                                  # far above it
+    ("evaluate", "sum"): ("evaluate", "chunk_sum"),                   # a sum, not a mean
+    ("evaluate", "shuffled_targets"): ("evaluate", "rolled_targets"),  # targets apart from their inputs
+    ("evaluate", "stale"): ("evaluate", "snapshot"),                  # an old model's loss
+}
 HIDDEN_TASK_BUGS = {
     "digits": [k for k in HIDDEN_BUGS if k[1] != "scaled_targets"],
     "regression": [k for k in HIDDEN_BUGS if k[1] != "label_smoothing"],
@@ -174,13 +196,14 @@ SETTINGS = [dict(width=128, depth=1, dropout=0.0, data_seed=1), dict(width=48, d
 
 
 def unseen_specs() -> list[dict]:
-    """Every hidden bug on each task in two settings, and every visible bug in one (alternating), all on other
-    widths, depths and data splits than the visible setups (a train-mode evaluation only where there is dropout)."""
+    """Every hidden bug on each task in two settings, and every visible bug not in ``bs.ONCE`` in one (alternating),
+    all on other widths, depths and data splits than the visible setups (a train-mode evaluation only where there is
+    dropout)."""
     specs = []
     for task in bs.TASKS:
         for part, kind in HIDDEN_TASK_BUGS[task]:
             specs += [{"task": task, "part": part, "kind": kind, **setting} for setting in SETTINGS]
-        for k, (part, kind) in enumerate(bs.TASK_BUGS[task]):
+        for k, (part, kind) in enumerate(k for k in bs.TASK_BUGS[task] if k not in bs.ONCE):
             setting = SETTINGS[1] if kind == "train_mode" else SETTINGS[k % 2]
             specs.append({"task": task, "part": part, "kind": kind, **setting})
     return specs

@@ -358,20 +358,29 @@ def find_broken_part(setup) -> str:
             opt.zero_grad()
             loss.backward()
             opt.step()
-    # model: starts near the baseline with outputs of the task's kind, every parameter gets a gradient, and it can
-    # memorise one small batch (in eval mode: dropout off)
+    # model: the layers the intent describes, each initialised at nn.Linear's default scale, every parameter learning,
+    # outputs of the task's kind, and it can memorise one small batch (in eval mode: dropout off)
     torch.manual_seed(0)
     model = setup.model().eval()
+    dims = [intent["inputs"]] + [intent["width"]] * intent["depth"] + [intent["outputs"]]
+    if sum(p.numel() for p in model.parameters()) != sum(a * b + b for a, b in zip(dims, dims[1:])):
+        return "model"                                   # not the layers the intent describes
+    if not all(p.requires_grad for p in model.parameters()):
+        return "model"
+    for layer in model.modules():
+        if isinstance(layer, nn.Linear):                 # nn.Linear's default: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+            bound = 1 / math.sqrt(layer.in_features)
+            w, b = layer.weight.detach(), layer.bias.detach()
+            if not 0.5 < float(w.std()) * math.sqrt(3) / bound < 2 or float(b.abs().max()) > bound:
+                return "model"
     with torch.no_grad():
         out = model(data.x_val)
+    if tuple(out.shape) != ((len(data.y_val), 10) if classify else (len(data.y_val),)):
+        return "model"
     if float(task_loss(out, data.y_val)) > 1.5 * setup.baseline + 0.5:
         return "model"
     if classify and bool(out.min() >= 0) and torch.allclose(out.sum(-1), torch.ones(len(out)), atol=1e-4):
         return "model"                                   # probabilities, not logits
-    width, depth = (int(v) for v in re.search(r"-> ([0-9]+) x ([0-9]+)", intent["model"]).groups())
-    dims = [data.x_train.shape[1]] + [width] * depth + [10 if classify else 1]
-    if sum(p.numel() for p in model.parameters()) != sum(a * b + b for a, b in zip(dims, dims[1:])):
-        return "model"                                   # not the layers the intent describes
     model.zero_grad(set_to_none=True)
     task_loss(model(data.x_train[:batch]), data.y_train[:batch]).backward()
     if any(p.grad is None or float(p.grad.abs().max()) < 1e-8 for p in model.parameters()):
@@ -433,8 +442,9 @@ def find_broken_part(setup) -> str:
 
 
 # A trial student's triage, written in two minutes from one reading (every part checked against its row of the table,
-# by value): 100 % on the visible setups, 79 % on the unseen ones (a loss with no gradient, a stale evaluation, a model
-# that stays random in eval mode, which it blames on the evaluation, or one narrower than the intent says).
+# by value): 83 % on the visible setups, 79 % on the unseen ones (a loss with the wrong gradient, an old model's
+# evaluation, a model that stays random in eval mode, which it blames on the evaluation, or one narrower than the
+# intent says); the visible setups show it every kind it misses, so its preview promises no more than the grader gives.
 TRIAGE_BY_VALUE = '''
 def find_broken_part(setup) -> str:
     """The name of setup's broken part, one of PARTS."""
@@ -586,19 +596,15 @@ def repair(setup):
             model.train(was)
             return value
         return dataclasses.replace(setup, evaluate=evaluate)
-    if part == "model":                                  # rebuilt from the intent's words: "MLP 64 -> 64 x 1 (ReLU, ..."
-        data = setup.data
-        n_in = data.x_train.shape[1]
-        width, depth = (int(v) for v in re.search(r"-> ([0-9]+) x ([0-9]+)", intent["model"]).groups())
-        dropout = float(re.search(r"dropout ([0-9.]+)", intent["model"]).group(1))
-        act = nn.ReLU if classify else nn.Tanh
+    if part == "model":                                  # rebuilt from the intent's fields
+        act = {"relu": nn.ReLU, "tanh": nn.Tanh}[intent["activation"]]
 
         def model():
-            layers, d = [], n_in
-            for _ in range(depth):
-                layers += [nn.Linear(d, width), act()] + ([nn.Dropout(dropout)] if dropout else [])
-                d = width
-            layers.append(nn.Linear(d, 10 if classify else 1))
+            layers, d = [], intent["inputs"]
+            for _ in range(intent["depth"]):
+                layers += [nn.Linear(d, intent["width"]), act()] + ([nn.Dropout(intent["dropout"])] if intent["dropout"] else [])
+                d = intent["width"]
+            layers.append(nn.Linear(d, intent["outputs"]))
             return nn.Sequential(*layers) if classify else nn.Sequential(*layers, nn.Flatten(0))
         return dataclasses.replace(setup, model=model)
     return setup                                         # the data: nothing to put in their place
@@ -775,9 +781,13 @@ def diagnose(curves):
     "triage_evaluate_repeatable_only": {"find_broken_part": REPAIR_OK + _swap(TRIAGE_OK,
         "        if not math.isclose(float(setup.evaluate(model, data.x_val, data.y_val)), mine, rel_tol=1e-3, abs_tol=1e-5):",
         "        if setup.evaluate(model, data.x_val, data.y_val) != setup.evaluate(model, data.x_val, data.y_val):")},
-    "triage_gradient_only_none": {"find_broken_part": REPAIR_OK + _swap(_swap(TRIAGE_OK,
+    # a model checked only for a missing gradient, not its initialisation's scale or a vanishing gradient: hidden units
+    # that start off (dead ReLUs, saturated tanh) fall through to "data"
+    "triage_gradient_only_none": {"find_broken_part": REPAIR_OK + _swap(_swap(_swap(TRIAGE_OK,
         "p.grad is None or float(p.grad.abs().max()) < 1e-8", "p.grad is None"),
-        "    if float(loss.detach()) > 0.1 * setup.baseline:\n        return \"model\"\n", "")},
+        "    if float(loss.detach()) > 0.1 * setup.baseline:\n        return \"model\"\n", ""),
+        "            if not 0.5 < float(w.std()) * math.sqrt(3) / bound < 2 or float(b.abs().max()) > bound:",
+        "            if False:")},
     "triage_by_value_only": {"find_broken_part": TRIAGE_BY_VALUE + REPAIR_OK},
     "triage_always_data": {"find_broken_part": "def find_broken_part(setup):\n    return \"data\"\n" + REPAIR_OK},
     "repair_returns_the_setup_as_given": {"find_broken_part": TRIAGE_OK + "\n\ndef repair(setup):\n    return setup\n"},
@@ -794,9 +804,9 @@ def diagnose(curves):
 }
 
 ALTERNATIVE = {
-    # find: swap each part for one written from the intent and keep the swap that repairs the run (measured: 41 of 42
+    # find: swap each part for one written from the intent and keep the swap that repairs the run (measured: 61 of 63
     # visible, 73 of 75 unseen); repair: the same by trial, on its own, keeping the part whose short run (60 steps)
-    # ends lowest (32 of 34 visible, 62 of 64 unseen; 100 steps repair no more of the unseen setups)
+    # ends lowest (50 of 53 visible, 62 of 64 unseen; 100 steps repair no more of the unseen setups)
     "find_broken_part": '''
 import re
 
