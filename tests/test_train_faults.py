@@ -1,12 +1,16 @@
 """The capstone trainer (trainkit.train) under faults and bad input, as an operator meets them: what a resume may
-change and what it refuses, damaged checkpoints (fallback to best.pt, or a refusal), lasting non-finite values (the
-run stops, no ruined checkpoint), a second run in the same folder, SIGTERM / SIGINT, the manifest's history,
-temporaries of killed runs, the command line's one-line errors, and resuming on another machine (fewer GPUs, a GPU
-after a CPU: CUDA stood in for where a CPU cannot run it). Where a fault is survived, the proof is the one
+change and what it refuses, damaged checkpoints (fallback to best.pt, or a refusal; sealed files with a bad key too,
+and the earlier trainer's files named), lasting non-finite values (the run stops, no ruined checkpoint), a second run
+in the same folder, SIGTERM / SIGINT (twice, and before training starts), the manifest's history, temporaries of
+killed runs, the command line's one-line errors, resuming on another machine (fewer GPUs, a GPU after a CPU: CUDA
+stood in for where a CPU cannot run it), and a full disk (faked, and a real tmpfs where the tests run as root). Where a fault is survived, the proof is the one
 trusted trainers use: the resumed run's losses are bit-identical to a run that never stopped. Micro configurations:
 a second or two each."""
 from __future__ import annotations
 
+import contextlib
+import errno
+import io
 import json
 import math
 import os
@@ -226,6 +230,133 @@ def test_no_trustworthy_checkpoint_refuses_in_one_line(stopped_at_6, tmp_path, c
         Trainer(micro(tmp_path / "fresh")).load_checkpoint(out / "latest.pt")
 
 
+# A sealed checkpoint (its checksum is right) can still hold what this trainer never writes: a key missing, or a value
+# of the wrong type or range. Each is refused at open time like a damaged file, naming the key, and resume falls back to
+# best.pt. `at_open` False: only the trainer can tell (the optimiser state against its own parameters).
+def _cut_moment(state):
+    moments = state["optimizer"]["state"][0]
+    moments["exp_avg"] = moments["exp_avg"][:3]
+
+
+def _cut(model, name):
+    model[name] = model[name][:99]
+
+
+SEALED_BUT_BAD = {
+    "no data": (lambda s: s.pop("data"), "lacks data", True),
+    "no skips_in_a_row": (lambda s: s.pop("skips_in_a_row"), "lacks skips_in_a_row", True),
+    "step -5": (lambda s: s.update(step=-5),
+                "has a bad 'step': must be an int (optimiser steps run) in [0, 8], got -5", True),
+    "step '60'": (lambda s: s.update(step="60"),
+                  "has a bad 'step': must be an int (optimiser steps run) in [0, 8], got '60'", True),
+    "config []": (lambda s: s.update(config=[]), "has a bad 'config': must be the run's settings (a dict), got []",
+                  True),
+    "history None": (lambda s: s.update(history=None), "has a bad 'history': must be a dict of the lists step, ", True),
+    "rng []": (lambda s: s.update(rng=[]),
+               "has a bad 'rng': must hold the random states of each of its 1 rank(s), got []", True),
+    "data {}": (lambda s: s.update(data={}), "has a bad 'data': must describe the training data (a dict with its token "
+                                             "sha256), got {}", True),
+    "model {}": (lambda s: s.update(model={}), "has a bad 'model': does not hold the weights of the model its config "
+                                               "describes: lacks ", True),
+    "cut embedding": (lambda s: _cut(s["model"], "transformer.wte.weight"),
+                      "has a bad 'model': transformer.wte.weight has shape [99, 32], the model its config describes "
+                      "[256, 32]", True),
+    "best_val 'low'": (lambda s: s.update(best_val="low"), "has a bad 'best_val': must be the best validation loss so "
+                                                           "far (a number; inf before the first evaluation), got 'low'",
+                       True),
+    "skips_in_a_row 'x'": (lambda s: s.update(skips_in_a_row="x"),
+                           "has a bad 'skips_in_a_row': must be an int (skipped steps in a row) in [0, 6], got 'x'",
+                           True),
+    "optimizer {}": (lambda s: s.update(optimizer={}), "has a bad 'optimizer': must be an optimiser's state dict",
+                     True),
+    "empty optimizer state": (lambda s: s["optimizer"].update(state={}),
+                              "has a bad 'optimizer': holds no state (moments) though 6 optimiser updates ran", True),
+    "unknown key": (lambda s: s.update(extra=1), "holds keys this trainer does not write: extra", True),
+    "cut moment": (_cut_moment, "has a bad 'optimizer': its exp_avg of parameter 0 has shape [3, 32], the parameter "
+                                "[256, 32]", False),
+}
+
+
+@pytest.mark.parametrize("bad", list(SEALED_BUT_BAD))
+def test_a_sealed_checkpoint_with_a_bad_key_falls_back_to_best(stopped_at_6, tmp_path, bad, capsys):
+    out = copy_run(stopped_at_6, tmp_path / "run")
+    change, reason, at_open = SEALED_BUT_BAD[bad]
+    rewrite(out / "latest.pt", change)
+    if at_open:
+        with pytest.raises(DamagedCheckpoint) as e:
+            open_checkpoint(out / "latest.pt")
+        assert str(e.value).startswith(reason), str(e.value)
+    with Trainer(micro(out, save_every=2, resume=True)) as trainer:
+        assert trainer.resumed_file == "best.pt" and trainer.step == 4
+        (fallback,) = [n for n in trainer.notes if n.startswith("latest.pt ")]
+        assert fallback.startswith(f"latest.pt {reason}") and fallback.endswith("; resuming from best.pt (step 4) "
+                                                                               "instead"), fallback
+    assert capsys.readouterr().out.count("note: latest.pt ") == 1
+
+
+def test_bad_keys_in_both_files_refuse_in_one_line(stopped_at_6, tmp_path, capsys):
+    out = copy_run(stopped_at_6, tmp_path / "run")
+    rewrite(out / "latest.pt", lambda s: s.update(step=-5))
+    rewrite(out / "best.pt", lambda s: s.pop("data"))
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps(micro(out, save_every=2).to_dict()))
+    line = one_error_line(capsys, 2, ["--config", str(config), "--set", "resume=true"])
+    assert line == (f"error: cannot resume from {out}: latest.pt has a bad 'step': must be an int (optimiser steps "
+                    "run) in [0, 8], got -5; best.pt lacks data; move the files away to start afresh"), line
+
+
+def test_the_writer_checks_what_it_writes_against_the_same_table(tmp_path):
+    """One list of keys (trainkit.checkpoint.CONTENTS): every key the trainer writes is one open_checkpoint checks, and
+    a checkpoint the table would refuse is never written (a bug in the writer, said at once, not at a resume)."""
+    from trainkit.checkpoint import CONTENTS
+
+    with Trainer(micro(tmp_path)) as trainer:
+        assert set(trainer.state_dict()) == set(CONTENTS)
+        dropped = type("Dropped", (Trainer,), {"state_dict": lambda self: {
+            k: v for k, v in Trainer.state_dict(self).items() if k != "skips_in_a_row"}})
+        trainer.__class__ = dropped
+        with pytest.raises(RuntimeError, match=r"open_checkpoint would refuse: latest.pt lacks skips_in_a_row$"):
+            trainer.save_checkpoint(tmp_path / "latest.pt")
+    assert not (tmp_path / "latest.pt").exists()
+
+
+def test_a_checkpoint_of_the_earlier_trainer_is_named_as_such(stopped_at_6, tmp_path, capsys):
+    """Version 1 (the trainer before checksums) pickled NumPy's random state, which weights_only refuses: it used to be
+    'cannot be read (UnpicklingError ...)'. Rebuilt here as that trainer wrote it."""
+    import numpy as np
+
+    out = copy_run(stopped_at_6, tmp_path / "run")
+    for name in ("latest.pt", "best.pt"):
+        state = torch.load(out / name, weights_only=False)
+        for key in ("checksum", "data", "skips_in_a_row", "resolved"):
+            state.pop(key)
+        state["version"] = 1
+        state["rng"][0]["numpy"] = np.random.get_state()   # a tuple holding an ndarray
+        torch.save(state, out / name)
+    said = ("was written by an earlier version of the trainer (checkpoint version 1, without a checksum); this one "
+            "reads version 2 only")
+    with pytest.raises(DamagedCheckpoint, match=re.escape(said)):
+        open_checkpoint(out / "latest.pt")
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps(micro(out).to_dict()))
+    line = one_error_line(capsys, 2, ["--config", str(config), "--set", "resume=true"])
+    assert line == f"error: cannot resume from {out}: latest.pt {said}; best.pt {said}; move the files away to start " \
+                   "afresh", line
+
+
+def test_resuming_a_copied_folder_changes_no_setting(stopped_at_4, tmp_path, straight, capsys):
+    """The checkpoint records the out_dir it was written in; a copy (or a moved folder) is the same run."""
+    out = tmp_path / "copy"
+    out.mkdir()
+    for name in ("latest.pt", "manifest.json"):
+        (out / name).write_bytes((stopped_at_4 / name).read_bytes())
+    with Trainer(micro(out, resume=True)) as trainer:
+        assert trainer.resume_changes == {} and trainer.notes == []
+        assert_same_run(trainer.fit(), straight, "resumed in a copied folder")
+    assert "note:" not in capsys.readouterr().out
+    assert json.loads((out / "manifest.json").read_text())["changed_on_resume"] == {}
+
+
 # ------------------------------------------------------------------------------------ 3. lasting non-finite values
 class PoisonWeightAt(Trainer):
     """A NaN written into a weight after step `at`'s gradients: from then on every gradient is NaN."""
@@ -388,10 +519,14 @@ def _read_only_folder(tmp_path: Path) -> Path:
     (["--set", "seed=-1"], "seed must be an int >= 0, got -1"),
     (["--set", "max_consecutive_skips=0"], "max_consecutive_skips must be an int >= 1, got 0"),
     (["--set", "model.d_model=1048576"], "the model is too large: "),
+    (["--set", "data=empty.txt"], "data file empty.txt is empty"),
+    (["--set", "data=/dev/null"], "data /dev/null is not a regular file (a device, a pipe or a socket); data must be "
+                                  "a UTF-8 text file or 'pydoc'"),
 ])
 def test_cli_bad_settings_are_one_line_exit_2(args, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a_file").write_text("not a folder")
+    (tmp_path / "empty.txt").write_text("")
     line = one_error_line(capsys, 2, ["--config", "tiny", "--set", "logger=none", *args])
     assert line == f"error: {message}" or message.endswith(": ") and line.startswith(f"error: {message}"), line
     assert not (tmp_path / "runs").exists()
@@ -431,6 +566,48 @@ def test_manifest_write_failure_is_one_line_and_leaves_no_temporary(tmp_path):
     assert done.returncode == 2, done.stderr
     assert done.stderr == f"error: cannot write {tmp_path / 'run' / 'manifest.json'}: File too large\n", done.stderr
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [], "a temporary or a torn manifest was left"
+
+
+def test_cli_a_config_file_that_is_not_utf8_is_named(tmp_path, capsys):
+    config = tmp_path / "latin1.json"
+    config.write_bytes('{"out_dir": "caf\u00e9"}'.encode("latin-1"))
+    line = one_error_line(capsys, 2, ["--config", str(config)])
+    assert line == f"error: config file {config} is not UTF-8 text: invalid continuation byte at byte 16", line
+
+
+def test_a_model_beyond_the_address_space_limit_is_refused_at_once(tmp_path):
+    """Under RLIMIT_AS (ulimit -v) a model that fits the machine but not the limit used to build for about two minutes
+    and end "out of memory building the model: " with nothing after the colon. 3.2 GB to train, 2 GiB of address
+    space (the interpreter and torch take about 0.7 GB of it)."""
+    import resource
+
+    if os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") < 4 * 2 ** 30:
+        pytest.skip("the machine itself has too little memory: its own limit would refuse the model first")
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    big = [f"model.{k}={v}" for k, v in dict(d_model=1024, n_layer=12, d_ff=4096, n_heads_q=16, n_heads_kv=16).items()]
+    done = subprocess.run([sys.executable, "-m", "trainkit.train", "--config", "tiny", "--set", "logger=none",
+                           "--set", f"out_dir={tmp_path / 'run'}", *(a for kv in big for a in ("--set", kv))],
+                          capture_output=True, text=True, env=run_env(), cwd=tmp_path, timeout=120,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (2 * 2 ** 30, hard)))
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert re.fullmatch(r"error: the model is too large: 201_745_408 parameters need about 3\.2 GB for weights, "
+                        r"gradients and optimiser state, and RLIMIT_AS \(ulimit -v\) leaves this process \d\.\d GB; "
+                        r"choose smaller model\.\* settings\n", done.stderr), done.stderr
+
+
+def test_out_of_memory_while_building_says_something_after_the_colon(tmp_path, capsys, monkeypatch):
+    """A MemoryError usually carries no message: the line names it instead of ending at the colon."""
+    import trainkit.train as train_module
+
+    def no_memory(cfg):
+        raise MemoryError()
+
+    monkeypatch.setattr(train_module, "GPT", no_memory)
+    monkeypatch.setattr(train_module, "_check_model_fits", lambda cfg, device: "about 1 GB to train")
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps(micro(tmp_path / "run").to_dict()))
+    line = one_error_line(capsys, 2, ["--config", str(config)])
+    assert line == "error: out of memory building the model (about 1 GB to train): MemoryError (no detail given)", line
 
 
 # ------------------------------------------------------------------------------------ 8. kills and signals
@@ -481,6 +658,92 @@ def test_cli_exit_code_after_sigterm(tmp_path, capsys, monkeypatch):
     config.write_text(json.dumps(micro(tmp_path).to_dict()))
     line = one_error_line(capsys, 128 + signal.SIGTERM, ["--config", str(config)])
     assert line == "stopped by SIGTERM after 4 steps: latest.pt written: resume with --set resume=true", line
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_second_signal_during_the_write_waits_for_it(tmp_path, signum, straight, capsys, monkeypatch):
+    """Ctrl-C pressed twice: the first during step 3, the second in the middle of the checkpoint write that follows
+    (torch's zip writer calls back into Python for every record: the hook sends it from the third). It used to come out
+    of the writer as a RuntimeError (exit 1) or abort the process (134), or exit 143 saying "latest.pt written" while
+    latest.pt held the step before. Now the write finishes, and so does latest.pt after best.pt, then the run stops."""
+    real_save, sent = torch.save, []
+
+    def save_and_signal(obj, f, *args, **kwargs):
+        class Writer:
+            records = 0
+
+            def write(self, data):
+                Writer.records += 1
+                if Writer.records == 3 and not sent:
+                    sent.append(os.kill(os.getpid(), signum))
+                return f.write(data)
+
+            def flush(self):
+                f.flush()
+        return real_save(obj, Writer(), *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", save_and_signal)
+    monkeypatch.setattr(Trainer, "signum", signum, raising=False)
+    monkeypatch.setattr(Trainer, "before_clip", SignalAt.before_clip)
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps(micro(tmp_path).to_dict()))
+    line = one_error_line(capsys, 128 + signum, ["--config", str(config)])
+    monkeypatch.undo()
+    assert sent, "the second signal was not sent during a write"
+    assert line == f"stopped by {signal.Signals(signum).name} after 4 steps: latest.pt written: resume with --set " \
+                   "resume=true", line
+    assert open_checkpoint(tmp_path / "latest.pt")["step"] == 4 and open_checkpoint(tmp_path / "best.pt")["step"] == 4
+    assert not list(tmp_path.glob(".*.tmp-*")), "a temporary was left"
+    with Trainer(micro(tmp_path, resume=True)) as resumed:
+        assert_same_run(resumed.fit(), straight, "resumed after a second signal during the write")
+
+
+class TwoSignalsAt(Trainer):
+    """Both signals during step 3, between checkpoints: the second stops at once, and says what latest.pt holds."""
+
+    def before_clip(self, step):
+        if step == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_a_second_signal_between_writes_says_what_latest_holds(tmp_path, straight, capsys, monkeypatch):
+    with pytest.raises(Interrupted) as e:
+        run(micro(tmp_path, save_every=2), cls=TwoSignalsAt)
+    assert (e.value.step, e.value.saved_at) == (3, 2)
+    assert str(e.value) == "stopped by SIGINT after 3 steps (a second signal): latest.pt holds step 2"
+    assert open_checkpoint(tmp_path / "latest.pt")["step"] == 2
+    fresh = tmp_path / "fresh"      # no checkpoint yet: the line says so, and does not offer a resume
+    monkeypatch.setattr(Trainer, "before_clip", TwoSignalsAt.before_clip)
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps(micro(fresh).to_dict()))
+    line = one_error_line(capsys, 130, ["--config", str(config)])
+    assert line == "stopped by SIGINT after 3 steps (a second signal), before latest.pt was written", line
+    assert not (fresh / "latest.pt").exists()
+    monkeypatch.undo()
+    with Trainer(micro(tmp_path, save_every=2, resume=True)) as resumed:
+        assert_same_run(resumed.fit(), straight, "resumed after two signals")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_before_training_starts_is_one_line(tmp_path, signum, capsys, monkeypatch):
+    """Ctrl-C while the data load (a KeyboardInterrupt traceback before), SIGTERM there (a silent death before)."""
+    import trainkit.train as train_module
+
+    real_load = train_module.load_data
+
+    def load_then_signal(cfg):
+        os.kill(os.getpid(), signum)
+        return real_load(cfg)
+
+    monkeypatch.setattr(train_module, "load_data", load_then_signal)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps(micro(tmp_path / "run").to_dict()))
+    line = one_error_line(capsys, 128 + signum, ["--config", str(config)])
+    assert line == (f"stopped by {signal.Signals(signum).name} before training started: no step ran and no checkpoint "
+                    "was written"), line
+    assert {sig: signal.getsignal(sig) for sig in before} == before, "main() must restore the handlers it replaced"
 
 
 # ------------------------------------------------------------------------------------ 9. resume on another machine
@@ -588,3 +851,107 @@ def test_a_gpu_run_resumed_on_a_cpu_keeps_bf16(cpu_checkpoint, tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["precision"] == "bf16" and manifest["changed_on_resume"] == {"resolved.device": ["cuda", "cpu"]}
     assert open_checkpoint(out / "latest.pt")["resolved"] == {"precision": "bf16", "device": "cpu"}
+
+
+# ------------------------------------------------------------------------------------ 10. a full disk
+class FillsUp(io.FileIO):
+    """A file on a disk with `room` bytes left (None: plenty): a write past them fails with ENOSPC, as the kernel's
+    would, in the middle of a checkpoint."""
+    room = None
+
+    def write(self, data):
+        if FillsUp.room is not None and self.tell() + len(memoryview(data)) > FillsUp.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return super().write(data)
+
+
+class FullFromStep3(Trainer):
+    def before_clip(self, step):
+        if step == 3:
+            FillsUp.room = 20_000
+
+
+def test_a_full_disk_during_a_checkpoint_write_is_one_line_exit_3(tmp_path, straight, capsys, monkeypatch):
+    """torch's zip writer turns the ENOSPC of a failed write into a RuntimeError ("unexpected pos"): it used to be a
+    traceback and exit 1. It is the disk-full line and exit 3, and the files on disk are the last good ones."""
+    import trainkit.checkpoint as checkpoint_module
+
+    monkeypatch.setattr(FillsUp, "room", 20_000)
+    with pytest.raises(RuntimeError, match="unexpected pos"):      # what atomic_save has to see through
+        with FillsUp(tmp_path / "probe.pt", "wb") as f:
+            torch.save({"w": torch.zeros(10_000)}, f)
+    monkeypatch.setattr(FillsUp, "room", None)
+    real_open = open
+
+    def open_on_a_filling_disk(path, mode="r", *args, **kwargs):   # the checkpoints' temporaries only
+        if mode == "wb" and Path(path).name.startswith("."):
+            return FillsUp(path, mode)
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint_module, "open", open_on_a_filling_disk, raising=False)
+    monkeypatch.setattr(Trainer, "before_clip", FullFromStep3.before_clip)
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps(micro(tmp_path / "run", save_every=2).to_dict()))
+    line = one_error_line(capsys, 3, ["--config", str(config)])
+    monkeypatch.undo()
+    assert line == (f"error: cannot write {tmp_path / 'run' / 'best.pt'} after 4 steps: the disk is full (No space "
+                    "left on device): free some space; latest.pt on disk keeps step 2"), line
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["latest.pt", "manifest.json"]
+    with Trainer(micro(tmp_path / "run", save_every=2, resume=True)) as resumed:
+        assert resumed.step == 2
+        assert_same_run(resumed.fit(), straight, "resumed after a full disk")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MB tmpfs: a disk that really fills up (root only)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], capture_output=True)   # lazy: a writer may still hold a file
+
+
+class FillTheDisk(Trainer):
+    """Fills the disk during step 2, leaving `leave` bytes free."""
+    leave = 0
+
+    def before_clip(self, step):
+        if step != 2:
+            return
+        filler = self.out_dir / "filler"
+        with open(filler, "wb", buffering=0) as f:
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(bytes(65536))
+        if self.leave:
+            os.truncate(filler, filler.stat().st_size - self.leave)
+
+
+@pytest.mark.parametrize("logger, leave, what", [
+    ("none", 100_000, r"{disk}/best\.pt after 4 steps"),   # room for the log, not for the checkpoint
+    ("tensorboard", 0, r"the tensorboard log in {disk}/runs/\S+"),   # its writer thread fails first
+    ("wandb", 0, r"the wandb log in {disk}/wandb/\S+"),   # its flush used to wait 60 s, then not say why
+])
+def test_a_really_full_disk_is_one_line_exit_3(small_disk, logger, leave, what, capsys, monkeypatch):
+    import threading
+    import time
+
+    thread_tracebacks = []   # what would print a thread's traceback on stderr (pytest turns it into a warning)
+    monkeypatch.setattr(threading, "excepthook", lambda args: thread_tracebacks.append(args.thread.name))
+    monkeypatch.setattr(Trainer, "before_clip", FillTheDisk.before_clip)
+    monkeypatch.setattr(Trainer, "leave", leave, raising=False)
+    config = small_disk / "c.json"
+    config.write_text(json.dumps(micro(small_disk, logger=logger, steps=16, eval_every=4, warmup=1).to_dict()))
+    start = time.monotonic()
+    line = one_error_line(capsys, 3, ["--config", str(config)])    # one line: no thread's traceback before it
+    assert time.monotonic() - start < 15, "the run waited for a disk that had no room"
+    assert re.fullmatch(r"error: cannot write " + what.format(disk=re.escape(str(small_disk))) + r": the disk is full "
+                        r"\(No space left on device\): free some space; no checkpoint of this run was written",
+                        line), line
+    assert not list(small_disk.glob("*.pt")) and not list(small_disk.glob(".*.tmp-*"))
+    assert thread_tracebacks == [], f"a writer thread's traceback came before the line: {thread_tracebacks}"

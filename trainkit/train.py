@@ -51,17 +51,22 @@ What the loop refuses, so that it never resumes inexactly without a word nor wri
 - resuming with a setting that fixes the batches, the model, the optimiser's kind or what "best" compares changed
   (``MUST_MATCH_ON_RESUME``): one line naming it. Every other setting may change on resume; it applies from the
   resumed step on (the optimiser's betas, eps and weight decay too) and the manifest records the change;
-- a checkpoint that fails its checksum, cannot be read or holds non-finite weights: resume falls back to
-  ``best.pt`` with a note, or refuses (``trainkit.checkpoint``);
+- a checkpoint that fails its checksum, cannot be read, holds non-finite weights, lacks a key or holds a value of the
+  wrong type or range (one table of key -> check, ``trainkit.checkpoint.CONTENTS``, which every write is checked
+  against too), or whose optimiser state does not fit this model's parameters: resume falls back to ``best.pt``
+  with a note, or refuses (``trainkit.checkpoint``); a checkpoint of the earlier trainer (version 1) is named as such;
 - a lasting non-finite value: after ``max_consecutive_skips`` skipped steps in a row the run stops
   (``TrainingStopped``), and no checkpoint is ever written with non-finite weights or optimiser state;
 - a second run in the same ``out_dir`` while one runs (a lock on the folder);
 - under torchrun on CUDA, more processes on a machine than it has GPUs (one GPU per process), and a resume on CUDA
   from a checkpoint holding more GPUs' random states than this machine has (written by an earlier trainer).
 SIGTERM (a cluster's pre-emption notice) and SIGINT (Ctrl-C) end the step in progress, write ``latest.pt`` and raise
-``Interrupted``; the command line then exits with 128 + the signal's number. Exit codes: 0 done, 2 refused to start
-(one line: bad settings, an unusable out_dir, a checkpoint it cannot resume from), 3 stopped while training (one
-line: lasting non-finite values, a checkpoint write that failed; the last good checkpoint is kept).
+``Interrupted``; the command line then exits with 128 + the signal's number. A second one stops at once, except during
+a checkpoint write, which finishes first (with ``latest.pt`` after ``best.pt``); the line says which step latest.pt
+holds. Before training starts (or after it ends) either signal is one line and the same exit code. Exit codes: 0 done,
+2 refused to start (one line: bad settings, an unusable out_dir, a checkpoint it cannot resume from), 3 stopped while
+training (one line naming the file: lasting non-finite values, a checkpoint or log write that failed, a full disk
+said as such; the last good checkpoint is kept).
 
 On CUDA the Trainer turns TF32 on for the whole process (``trainkit.precision.use_tf32``: torch's current settings,
 ``torch.backends.cuda.matmul.fp32_precision`` and ``torch.backends.cudnn.conv.fp32_precision`` = "tf32"): on Ampere
@@ -73,6 +78,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import errno
 import importlib.metadata
 import json
 import math
@@ -94,12 +100,14 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from trainkit.checkpoint import (CHECKPOINT_VERSION, DamagedCheckpoint, OutDirInUse, atomic_save, atomic_write_text,
-                                 first_non_finite, lock_out_dir, open_checkpoint, remove_stale_temporaries, seal)
+from trainkit.checkpoint import (CHECKPOINT_VERSION, HISTORY_KEYS, DamagedCheckpoint, OutDirInUse, atomic_save,
+                                 atomic_write_text, contents_problem, disk_full, first_non_finite, lock_out_dir,
+                                 open_checkpoint, remove_stale_temporaries, seal)
 from trainkit.corpus import ByteTokenizer, TokenData, load_text, unigram_loss
 from trainkit.device import pick_device
 from trainkit.gpt import GPT, GPTConfig, param_counts  # noqa: F401 -- GPTConfig: exported from here too
 from trainkit.precision import fp32_matmul_precision, use_tf32
+from trainkit.runlog import RunLogger
 from trainkit.train_config import MAX_STEPS, ConfigError, TrainConfig  # noqa: F401 -- exported from here too
 
 class TrainingStopped(RuntimeError):
@@ -108,11 +116,41 @@ class TrainingStopped(RuntimeError):
 
 
 class Interrupted(KeyboardInterrupt):
-    """SIGTERM or SIGINT arrived: the step in progress finished and latest.pt was written (``signum`` says which)."""
+    """SIGTERM or SIGINT arrived (``signum`` says which). After one, the step in progress finished and latest.pt
+    was written: ``saved_at == step``. A second one stops at once, but never in the middle of a checkpoint write (the
+    file in hand is finished first): ``saved_at`` is then the step latest.pt holds (None: this run wrote none), and
+    ``step`` None when training had not started. The message says which."""
 
-    def __init__(self, signum: int, step: int):
-        self.signum, self.step = signum, step
-        super().__init__(f"stopped by {signal.Signals(signum).name} after {step} steps: latest.pt written")
+    def __init__(self, signum: int, step: int | None, saved_at: int | None = None):
+        self.signum, self.step, self.saved_at = signum, step, saved_at
+        name = signal.Signals(signum).name
+        if step is None:
+            message = f"stopped by {name} before training started: no step ran and no checkpoint was written"
+        elif saved_at == step:
+            message = f"stopped by {name} after {step} steps: latest.pt written"
+        elif saved_at is None:
+            message = f"stopped by {name} after {step} steps (a second signal), before latest.pt was written"
+        else:
+            message = f"stopped by {name} after {step} steps (a second signal): latest.pt holds step {saved_at}"
+        super().__init__(message)
+
+
+class WriteFailed(OSError):
+    """A checkpoint or the log could not be written (a full disk, a file-size limit): the message names the file,
+    says why and what the disk still holds. The command line prints it as one line and exits with 3."""
+
+    def __init__(self, message: str, cause: OSError | None = None):
+        super().__init__(message)
+        self.cause_errno = getattr(cause, "errno", None)
+
+
+def _why_not_written(e: OSError, folder: Path) -> str:
+    """Why a write failed, in words: a full disk said as such, also where the error has no errno to say it (a log
+    that was never written: wandb's service hit the full disk, not this process)."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT) or (e.errno is None and disk_full(folder)):
+        return ("the disk is full" if e.errno != errno.EDQUOT else "the disk quota is used up") + \
+               f" ({e.strerror or 'No space left on device'}): free some space"
+    return e.strerror or str(e) or type(e).__name__
 
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -197,28 +235,52 @@ def _prepare_out_dir(out_dir: Path) -> None:
         raise ConfigError(f"out_dir {str(out_dir)!r} is not writable: {e.strerror}") from None
 
 
-def _memory_bytes(device: torch.device) -> int | None:
+def _memory_bytes(device: torch.device) -> tuple[int, str] | None:
+    """The memory this process may still allocate on ``device``, and what sets it; None where it cannot be told.
+    On a CPU: the least of the physical memory, the address space left under RLIMIT_AS (``ulimit -v``: allocations
+    beyond it fail, after minutes of trying for a large model) and the cgroup's limit (a container's: beyond it the
+    kernel kills the process)."""
     if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory
+        return torch.cuda.get_device_properties(device).total_memory, "this GPU has"
+    limits = []
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):   # no sysconf (Windows): no check
-        return None
+        limits.append((os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this cpu has"))
+    except (AttributeError, ValueError, OSError):   # no sysconf (Windows)
+        pass
+    try:
+        import resource
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            with open("/proc/self/statm") as f:       # the address space in use now, in pages
+                used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            limits.append((max(soft - used, 0), "RLIMIT_AS (ulimit -v) leaves this process"))
+    except (ImportError, OSError, ValueError):
+        pass
+    try:   # the whole limit, like the physical memory: what the cgroup uses now is mostly page cache it can drop
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            limits.append((int(limit), "the cgroup's memory.max allows"))
+    except (OSError, ValueError):
+        pass
+    return min(limits) if limits else None
 
 
-def _check_model_fits(cfg: "TrainConfig", device: torch.device) -> None:
-    """Refuse, in one line, a model whose training state cannot fit in the device's memory, before allocating it
-    (the allocator's own refusal is a traceback; on a CPU a near miss swaps for hours instead)."""
+def _check_model_fits(cfg: "TrainConfig", device: torch.device) -> str:
+    """Refuse, in one line, a model whose training state cannot fit in the memory this process may use, before
+    allocating it (the allocator's own refusal is a traceback; on a CPU a near miss swaps for hours instead, and under
+    RLIMIT_AS the build grinds for minutes before it fails). Returns the estimate, in words."""
     with torch.device("meta"):                     # shapes only, no memory
         one, two = (param_counts(GPT(dataclasses.replace(cfg.model, n_layer=n)))["total"] for n in (1, 2))
     params = one + (cfg.model.n_layer - 1) * (two - one)   # every block adds the same number of parameters
     # fp32 weights and gradients, and the optimiser's moments: two for AdamW, one for Lion (activations come on top)
     need = params * 4 * (4 if cfg.optimizer == "adamw" else 3)
-    have = _memory_bytes(device)
-    if have is not None and need > have:
+    memory = _memory_bytes(device)
+    if memory is not None and need > memory[0]:
+        have, where = memory
         raise ConfigError(f"the model is too large: {params:_} parameters need about {need / 1e9:_.1f} GB for "
-                          f"weights, gradients and optimiser state, and this {device.type} has {have / 1e9:.1f} GB; "
+                          f"weights, gradients and optimiser state, and {where} {have / 1e9:.1f} GB; "
                           "choose smaller model.* settings")
+    return f"{params:_} parameters, about {need / 1e9:_.1f} GB to train"
 
 
 def _check_gpus_for_ranks(local_rank: int) -> None:
@@ -247,7 +309,9 @@ def resolve_precision(requested: str, device: torch.device, kept: str | None = N
     elif requested == "auto":
         # native bf16 only (Ampere and later): the default counts T4's and V100's emulated bf16, slower than fp32
         bf16_ok = device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
-        precision = "bf16" if bf16_ok else "fp32"   # bf16 autocast is slower than fp32 on most CPUs
+        # On a CPU, bf16 autocast is faster for some models and slower for others (on an Intel Xeon with AMX: 1.0-1.2x
+        # for the tiny preset, 2.2-2.4x at d_model 512, 0.4x for lab 8's demo model): off unless measured faster.
+        precision = "bf16" if bf16_ok else "fp32"
     else:
         precision = requested
     # an explicit "bf16" is honoured where bf16 at least runs (emulated on a T4 or V100)
@@ -276,12 +340,19 @@ def load_data(cfg: TrainConfig) -> TokenData:
         text = load_text()
     else:
         path = Path(cfg.data)
-        if not path.is_file():
+        if not path.exists():
             raise ConfigError(f"data file not found: {path} (use data='pydoc' for the built-in corpus)")
+        if not path.is_file():   # /dev/null, a folder, a pipe (which would block): only a regular file is text
+            kind = "a folder" if path.is_dir() else "not a regular file (a device, a pipe or a socket)"
+            raise ConfigError(f"data {path} is {kind}; data must be a UTF-8 text file or 'pydoc'")
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError as e:
             raise ConfigError(f"data file {path} is not UTF-8 text: {e}") from None
+        except OSError as e:
+            raise ConfigError(f"cannot read data file {path}: {e.strerror or e}") from None
+        if not text:   # TokenData would fail in torch.frombuffer, with a message about buffer lengths
+            raise ConfigError(f"data file {path} is empty")
     data = TokenData.from_text(text, tok, val_fraction=cfg.val_fraction)
     T = cfg.model.block_size
     for split in ("train", "val"):
@@ -289,6 +360,29 @@ def load_data(cfg: TrainConfig) -> TokenData:
             raise ConfigError(f"data {cfg.data!r}: the {split} split has {len(data.split(split))} tokens, too few "
                               f"for block_size {T}")
     return data
+
+
+# How long a checkpoint waits for the logger to put the steps it covers on disk (wandb's service writes its file every
+# 0.1 s here: seconds are plenty). A full disk is not waited for at all (Trainer._flush_logger).
+LOG_FLUSH_TIMEOUT = 20.0
+
+
+@contextlib.contextmanager
+def _quiet_log_writer_threads():
+    """TensorBoard writes its event file from a thread of its own. A write that fails there (a full disk) ends the
+    thread with a traceback on stderr, and the writer keeps the error and raises it in the main thread at the next
+    log() or flush(), where fit() reports it in one line. While fit() runs, that thread's traceback is left out."""
+    previous = threading.excepthook
+
+    def hook(args):
+        if not (issubclass(args.exc_type, OSError) and type(args.thread).__name__ == "_AsyncWriterThread"):
+            previous(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = previous
 
 
 # On resume, these settings must equal the checkpoint's (the reason is the message's); with another value the resumed
@@ -397,15 +491,16 @@ class Trainer:
         if self.eval_batch_size < 1:
             raise ConfigError(f"the val split has {windows['val']} windows of {cfg.model.block_size} tokens, fewer "
                               f"than the {self.world_size} rank(s)")
-        _check_model_fits(cfg, device)
+        size = _check_model_fits(cfg, device)
         torch.manual_seed(cfg.seed)                      # the same initial weights on every rank
         try:
             self.raw_model = GPT(cfg.model).to(device)
         except (MemoryError, RuntimeError) as e:   # fits on paper, not in the memory free right now
             if not isinstance(e, (MemoryError, torch.OutOfMemoryError)) and "allocate" not in str(e):
                 raise
-            first = (str(e).strip().splitlines() or [""])[0][:200]
-            raise ConfigError(f"out of memory building the model: {first}") from None
+            # a MemoryError usually says nothing at all: name it rather than end the line at the colon
+            first = (str(e).strip().splitlines() or [""])[0][:200] or f"{type(e).__name__} (no detail given)"
+            raise ConfigError(f"out of memory building the model ({size}): {first}") from None
         self.counts = param_counts(self.raw_model)
         self.optimizer = self.build_optimizer()
         self._lr_table = self._build_lr_table()
@@ -422,8 +517,7 @@ class Trainer:
 
         self.step = 0
         self.best_val = math.inf
-        self.history: dict[str, list] = {k: [] for k in ("step", "loss", "lr", "grad_norm", "skipped", "step_time",
-                                                         "tokens", "val_step", "val_loss")}
+        self.history: dict[str, list] = {k: [] for k in HISTORY_KEYS}   # the keys a checkpoint's history must have
         self.resumed_from: int | None = None
         self.resumed_file: str | None = None             # latest.pt, or best.pt where latest.pt was damaged
         self.resume_changes: dict[str, list] = {}        # setting -> [the checkpoint's value, this run's]
@@ -431,6 +525,8 @@ class Trainer:
         self._latest_saved_at: int | None = None
         self._skips_in_a_row = 0
         self._stop_signal: int | None = None             # set by SIGTERM / SIGINT while fit() runs
+        self._writing = False                            # a checkpoint write is in progress: a signal waits for it
+        self._late_signal: int | None = None             # a second signal that came during a write
         self._release_out_dir = lambda: None
         self._lock_problem: str | None = None
 
@@ -640,15 +736,15 @@ class Trainer:
         (the 0-based step after which each evaluation ran), "val_loss". Stopping early writes the latest
         checkpoint, so ``resume=True`` continues exactly from there.
 
-        Raises ``TrainingStopped`` after ``cfg.max_consecutive_skips`` skipped steps in a row, and ``Interrupted``
-        once the step in progress when SIGTERM or SIGINT arrived has finished and latest.pt holds it."""
+        Raises ``TrainingStopped`` after ``cfg.max_consecutive_skips`` skipped steps in a row, ``WriteFailed`` when
+        a checkpoint or the log cannot be written (a full disk), and ``Interrupted`` once the step in progress when
+        SIGTERM or SIGINT arrived has finished and latest.pt holds it (or at once after a second one)."""
         cfg = self.cfg
         end = cfg.steps if steps is None else int(steps)
         if not 0 <= end <= cfg.steps:
             raise ValueError(f"fit(steps={steps}): must be between 0 and cfg.steps={cfg.steps}")
         owns_logger = False
         if self.logger is None and self.is_main and cfg.logger != "none":
-            from trainkit.runlog import RunLogger
             self.logger = RunLogger(cfg.logger, dir=self.out_dir, project="trainkit-capstone",
                                     config={**cfg.to_dict(), "manifest": self.manifest})
             owns_logger = True
@@ -657,8 +753,9 @@ class Trainer:
             from tqdm.auto import tqdm
             bar = tqdm(total=end, initial=self.step, desc="train", file=sys.stdout, dynamic_ncols=True,
                        mininterval=0.5)
+        closed = False
         try:
-            with self._stop_on_signals():
+            with self._stop_on_signals(), _quiet_log_writer_threads():
                 while self.step < end:
                     step = self.step
                     stats = self.train_step(step)
@@ -694,16 +791,59 @@ class Trainer:
                     if self._stop_requested():       # SIGTERM / SIGINT: keep this step, then stop
                         if self._latest_saved_at != self.step:
                             self.save_checkpoint(self.out_dir / "latest.pt")
-                        raise Interrupted(self._stop_signal, self.step)
+                        raise Interrupted(self._stop_signal, self.step, self._latest_saved_at)
                 if self._latest_saved_at != self.step:
                     self.save_checkpoint(self.out_dir / "latest.pt")   # stopped between saves: resumable from here
+                if owns_logger:
+                    closed = True
+                    self._close_own_logger()
+        except OSError as e:   # the only files the loop writes are checkpoints (WriteFailed already) and the log
+            if isinstance(e, WriteFailed):
+                raise
+            raise self._log_write_failed(e) from None
         finally:
             if bar is not None:
                 bar.close()
-            if owns_logger:
-                self.logger.close()
-                self.logger = None
+            if owns_logger and not closed:
+                # the run is already ending with an exception, which says more than a failed close of its log
+                with contextlib.suppress(OSError):
+                    self._close_own_logger()
         return self.history
+
+    def _close_own_logger(self) -> None:
+        logger, self.logger = self.logger, None
+        if logger is not None:
+            logger.close()
+
+    def _kept(self) -> str:
+        """What the disk still holds for a resume, for the end of a message about a failed write."""
+        if self._latest_saved_at is None:
+            return "no checkpoint of this run was written"
+        return f"latest.pt on disk keeps step {self._latest_saved_at}"
+
+    def _log_write_failed(self, e: OSError) -> WriteFailed:
+        """A failed write of the logger (TensorBoard's event file, wandb's run file), as one line."""
+        where = getattr(e, "filename", None) or getattr(self.logger, "path", None) or self.out_dir
+        backend = getattr(self.logger, "backend", None) or self.cfg.logger
+        why = _why_not_written(e, self.out_dir)
+        return WriteFailed(f"cannot write the {backend} log in {where}: {why}; {self._kept()}", e)
+
+    def _flush_logger(self) -> None:
+        """Put every logged step on disk before a checkpoint that covers it exists. wandb's flush waits for its
+        service to write the run file: on a full disk that never happens, so it is not waited for, and any other
+        wait is bounded (``LOG_FLUSH_TIMEOUT``)."""
+        logger = self.logger
+        if logger is None or not hasattr(logger, "flush"):
+            return
+        try:
+            if isinstance(logger, RunLogger):
+                if logger.backend == "wandb" and disk_full(logger.path or self.out_dir):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                logger.flush(timeout=LOG_FLUSH_TIMEOUT)
+            else:
+                logger.flush()
+        except OSError as e:   # TimeoutError is one
+            raise self._log_write_failed(e) from None
 
     def _lasting_fault(self, step: int) -> str:
         n = self._skips_in_a_row
@@ -716,18 +856,25 @@ class Trainer:
     @contextlib.contextmanager
     def _stop_on_signals(self):
         """While fit() runs, SIGTERM (a cluster's pre-emption notice) and SIGINT (Ctrl-C, a notebook's interrupt
-        button) ask the loop to stop after the step in progress. A second one stops at once: the checkpoints on
-        disk stay whole (atomic writes). Signal handlers belong to the main thread: elsewhere nothing changes."""
+        button) ask the loop to stop after the step in progress. A second one stops at once, but not during a
+        checkpoint write: that finishes first, so the files on disk stay whole and ``Interrupted`` says truly which
+        step latest.pt holds. Signal handlers belong to the main thread: elsewhere nothing changes."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
 
         def ask_to_stop(signum, frame):
-            if self._stop_signal is not None:
-                raise Interrupted(signum, self.step)
-            self._stop_signal = signum
+            if self._stop_signal is None:
+                self._stop_signal = signum
+            elif self._writing:
+                # raised here, it would come out of torch's zip writer (which calls back into Python for every write)
+                # as a RuntimeError, or abort the process (SIGABRT) from a C++ destructor: the file in hand is
+                # finished first, and save_checkpoint acts on the signal then
+                self._late_signal = signum
+            else:
+                raise Interrupted(signum, self.step, self._latest_saved_at)
 
-        self._stop_signal = None
+        self._stop_signal = self._late_signal = None
         previous = {sig: signal.signal(sig, ask_to_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             yield
@@ -767,21 +914,42 @@ class Trainer:
         """Write everything needed to resume exactly, with its checksum, atomically; under DDP only rank 0 writes
         (every rank must call it: the RNG states are gathered). The logger is flushed first, so the log on disk
         holds every step the checkpoint covers. Raises ``TrainingStopped`` rather than write non-finite weights or
-        optimiser state: the file on disk keeps its last finite state."""
+        optimiser state (the file on disk keeps its last finite state), and ``WriteFailed`` (an OSError) when the
+        disk refuses the write or the log (the file on disk is the previous one, whole)."""
         path = Path(path)
         bad = first_non_finite(self.raw_model.state_dict(), self.optimizer.state_dict())
         if bad is not None:   # the same on every rank (DDP keeps the weights equal), so all ranks stop together
             kept = f"{path.name} on disk keeps its last finite state" if path.exists() else "no file was written"
             raise TrainingStopped(f"not writing {path.name} after {self.step} steps: {bad} is not finite; {kept}")
-        state = self.state_dict()
-        if self.is_main:
-            if self.logger is not None and hasattr(self.logger, "flush"):
-                self.logger.flush()
-            atomic_save(seal(state), path)
-        if path.name == "latest.pt":
-            self._latest_saved_at = self.step
-        if self.ddp:
-            dist.barrier()
+        # A second SIGTERM / SIGINT from here on waits (see _stop_on_signals) until the save is done, on every rank
+        # (each holds it at the barrier, where they stop together); raised mid-write, it would come out of torch's zip
+        # writer as a RuntimeError, or abort the process.
+        self._writing = True
+        try:
+            state = self.state_dict()
+            if self.is_main:
+                problem = contents_problem(state)   # the table open_checkpoint checks: what is written can be read
+                if problem is not None:
+                    raise RuntimeError(f"the trainer built a checkpoint that open_checkpoint would refuse: "
+                                       f"{path.name} {problem}")
+                try:
+                    self._flush_logger()
+                    atomic_save(seal(state), path)
+                except OSError as e:   # the file on disk is the previous one, whole (atomic_save)
+                    if isinstance(e, WriteFailed):
+                        raise
+                    raise WriteFailed(f"cannot write {path} after {self.step} steps: "
+                                      f"{_why_not_written(e, path.parent)}; {self._kept()}", e) from None
+            if path.name == "latest.pt":
+                self._latest_saved_at = self.step
+            if self.ddp:
+                dist.barrier()
+        finally:
+            self._writing = False
+        if self._late_signal is not None and path.name != "best.pt":
+            # a second signal came during the save, now finished; best.pt is always followed by latest.pt: the stop
+            # comes after that one, so that latest.pt holds the step
+            raise Interrupted(self._late_signal, self.step, self._latest_saved_at)
 
     def load_checkpoint(self, path: str | os.PathLike) -> None:
         """Restore a checkpoint written by ``save_checkpoint``: it must pass its checks (``open_checkpoint``) and
@@ -791,6 +959,7 @@ class Trainer:
             raise FileNotFoundError(f"no checkpoint at {path}")
         try:
             state = open_checkpoint(path)
+            self._check_optimizer_fits(state)
         except DamagedCheckpoint as e:
             raise ValueError(f"{path} {e}") from None
         self._restore(state, path.name)
@@ -805,7 +974,8 @@ class Trainer:
                 continue
             try:
                 state = open_checkpoint(path)
-            except DamagedCheckpoint as e:
+                self._check_optimizer_fits(state)
+            except DamagedCheckpoint as e:   # a file that fails a check is treated alike, whichever check it fails
                 damaged.append(f"{name} {e}")
                 continue
             if damaged:
@@ -818,7 +988,32 @@ class Trainer:
                               "to start afresh")
         self.note(f"resume=true, but {self.cfg.out_dir} holds no checkpoint: starting from step 0")
 
+    def _check_optimizer_fits(self, state: dict) -> None:
+        """What open_checkpoint cannot check alone: that the optimiser state pairs with this trainer's parameters
+        (torch's load_state_dict pairs them by position and checks only the counts; a moment of the wrong shape would
+        fail at the first step, mid-run). Raises ``DamagedCheckpoint``. A checkpoint of another model or optimiser
+        is left to ``_check_resume_settings``, which refuses it naming the setting."""
+        then = state["config"]
+        if then.get("model") != self.cfg.model.to_dict() or then.get("optimizer") != self.cfg.optimizer:
+            return
+        saved, live = state["optimizer"]["param_groups"], self.optimizer.param_groups
+        if [len(g["params"]) for g in saved] != [len(g["params"]) for g in live]:
+            raise DamagedCheckpoint(f"has a bad 'optimizer': its parameter groups hold "
+                                    f"{[len(g['params']) for g in saved]} parameters, this trainer's "
+                                    f"{[len(g['params']) for g in live]}")
+        params = dict(zip((i for g in saved for i in g["params"]), (p for g in live for p in g["params"])))
+        kinds = {frozenset(entry) for entry in state["optimizer"]["state"].values()}
+        if len(kinds) > 1:
+            raise DamagedCheckpoint("has a bad 'optimizer': its parameters hold different kinds of state "
+                                    f"({' / '.join(sorted(','.join(sorted(k)) for k in kinds))})")
+        for i, entry in state["optimizer"]["state"].items():
+            for key, value in entry.items():
+                if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != params[i].shape:
+                    raise DamagedCheckpoint(f"has a bad 'optimizer': its {key} of parameter {i} has shape "
+                                            f"{list(value.shape)}, the parameter {list(params[i].shape)}")
+
     def _restore(self, state: dict, name: str) -> None:
+        self._check_optimizer_fits(state)
         self._check_resume_settings(state, name)
         self._keep_precision(state, name)
         # the checkpoint gives the optimiser's state (moments, step counts); its hyperparameters (lr, betas, eps,
@@ -845,7 +1040,8 @@ class Trainer:
         changes = {}
         for key in sorted(set(then) | set(now)):
             old, new = then.get(key), now.get(key)
-            if key == "resume" or old == new:
+            # where the run lives is not a setting of the run: a copied or moved folder resumes the same run
+            if key in ("resume", "out_dir") or old == new:
                 continue
             why = MUST_MATCH_ON_RESUME.get(key.split(".")[0])
             if why is not None:
@@ -1000,15 +1196,59 @@ def config_from_args(argv: list[str] | None = None) -> tuple[TrainConfig, int | 
     return cfg, args.stop_at
 
 
+@contextlib.contextmanager
+def _signals_stop_the_command(progress: dict):
+    """Outside fit() (which installs its own handlers), SIGTERM and SIGINT end the command with one line and 128 + the
+    signal's number, not a traceback (SIGINT's KeyboardInterrupt) or a silent death (SIGTERM's default action):
+    ``progress`` holds the Trainer once there is one, to say what was trained and saved, and "over" once the command
+    has ended (its last line said): a signal after that changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        if progress.get("over"):
+            return
+        trainer = progress.get("trainer")
+        if trainer is None:
+            raise Interrupted(signum, None)
+        raise Interrupted(signum, trainer.step, trainer._latest_saved_at)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line. Exit codes: 0 done; 2 refused to start; 3 stopped while training, the last good checkpoint
-    kept; 128 + the signal's number after SIGTERM or SIGINT (latest.pt written). Errors are one line on stderr."""
+    kept (lasting non-finite values, a checkpoint or log write that failed: a full disk); 128 + the signal's number
+    after SIGTERM or SIGINT (the line says what latest.pt holds). Errors are one line on stderr."""
+    progress: dict = {}
+    with _signals_stop_the_command(progress):
+        try:
+            code = _main(argv, progress)
+            progress["over"] = True
+        except Interrupted as e:   # also one that lands just after _main returned: what it says is still true
+            progress["over"] = True
+            trainer = progress.get("trainer")
+            if trainer is None or trainer.is_main:
+                hint = ": resume with --set resume=true" if e.saved_at is not None else ""
+                print(f"{e}{hint}", file=sys.stderr)
+            code = 128 + e.signum
+    return code
+
+
+def _main(argv: list[str] | None, progress: dict) -> int:
     try:
         cfg, stop_at = config_from_args(argv)
         trainer = Trainer(cfg)
     except (ConfigError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    progress["trainer"] = trainer
     with trainer:
         if trainer.is_main:
             c = trainer.counts
@@ -1022,13 +1262,9 @@ def main(argv: list[str] | None = None) -> int:
         first, t0 = trainer.step, time.perf_counter()
         try:
             trainer.fit(steps=stop_at)
-        except (TrainingStopped, OSError) as e:   # OSError: a checkpoint write failed (disk full, file-size limit)
+        except (TrainingStopped, OSError) as e:   # OSError: a checkpoint or log write failed (WriteFailed)
             print(f"error: {e}", file=sys.stderr)
             return 3
-        except Interrupted as e:
-            if trainer.is_main:
-                print(f"{e}: resume with --set resume=true", file=sys.stderr)
-            return 128 + e.signum
         if trainer.is_main:
             print(summary_line(trainer, first, time.perf_counter() - t0, stop_at))
     return 0
@@ -1056,6 +1292,11 @@ def summary_line(trainer: Trainer, first: int, seconds: float, stop_at: int | No
 
 
 if __name__ == "__main__":
+    # main() handles both signals while it runs and puts these back when it returns: from then on the command has said
+    # its last line, and a late signal (Ctrl-C pressed twice after a fast stop) must not turn the interpreter's
+    # shutdown into a traceback or another exit code
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     code = main()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         # Under torchrun, skip the interpreter's teardown: gloo's threads outlive destroy_process_group() (see

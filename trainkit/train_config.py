@@ -145,7 +145,12 @@ class TrainConfig:
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
-        text = path.read_text()
+        try:
+            text = path.read_text(encoding="utf-8")   # JSON and TOML are UTF-8, whatever the locale says
+        except UnicodeDecodeError as e:   # a ValueError, whose own message names no file
+            raise ConfigError(f"config file {path} is not UTF-8 text: {e.reason} at byte {e.start}") from None
+        except OSError as e:
+            raise ConfigError(f"cannot read config file {path}: {e.strerror or e}") from None
         try:
             if path.suffix == ".toml":
                 import tomllib
