@@ -32,18 +32,24 @@ def _noise(train) -> float:
     return 1.4826 * statistics.median(abs(d - middle) for d in steps) / math.sqrt(2)
 
 
-def _jump_size(train, scale) -> float:
-    """How far a loss must rise above its recent level to be a spike: half the learnable range, and far out of the
-    minibatch noise."""
-    return max(0.5 * scale, 8 * _noise(train))
+def spike_size(before: float, scale: float) -> float:
+    """The rise above the level before a step that makes a spike at that level: half the learnable range `scale`, or,
+    where the loss is already low, twice the level before (a jump to 3 times the recent loss), whichever is less.
+    A spike that recovers ends within half this size of the level before; one that stays ends at least this far above."""
+    return min(0.5 * scale, 2 * max(before, 0.0))
+
+
+def _jump_size(train, scale, before) -> float:
+    """How far a loss must rise above its recent level `before` to be a spike: the spike size at that level, and
+    far out of the minibatch noise (8 robust standard deviations) and of rounding (5 % of the learnable range)."""
+    return max(spike_size(before, scale), 8 * _noise(train), 0.05 * scale)
 
 
 def _first_jump(train, scale, window=10):
     """(index, level before) of the first step whose loss exceeds the median of the previous `window` by a jump."""
-    size = _jump_size(train, scale)
     for i in range(window, len(train)):
         before = statistics.median(train[i - window:i])
-        if train[i] - before > size:
+        if train[i] - before > _jump_size(train, scale, before):
             return i, before
     return None, None
 
@@ -63,11 +69,12 @@ def shows_cause(run: runbank.BankRun) -> bool:
     if run.label.startswith("spike"):
         at = int(round(run.spec["at"] * n))          # where the spike was planted
         before, peak = statistics.median(train[at - 10:at]), max(train[at:at + 5])
-        if peak - before < _jump_size(train[:at], scale) or at > 0.85 * n:
+        if peak - before < _jump_size(train[:at], scale, before) or at > 0.85 * n:
             return False
+        size = spike_size(before, scale)
         if run.label == "spike_recovers":
-            return end <= before + 0.1 * scale and val[-1] <= c.reference + 0.3 * scale
-        return end >= before + 0.5 * scale
+            return end <= before + 0.5 * size and val[-1] <= c.reference + 0.3 * scale
+        return end >= before + size
     if _first_jump(train, scale)[0] is not None:
         return False
     if run.label == "healthy":
