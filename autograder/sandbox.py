@@ -244,21 +244,14 @@ def kill_kernels() -> None:
             try:
                 os.killpg(process.pid, signal.SIGKILL)   # the kernel leads its own session (jupyter_client)
             except OSError:
-                pass
+                process.kill()
 
 
 def kill_leftover_kernels() -> None:
     """Kill every kernel this process started that is still running (after a submission was stopped mid-way)."""
-    import signal
-
+    kill_kernels()
     while _LAUNCHED:
-        process = _LAUNCHED.pop()
-        if process.poll() is None:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)   # the kernel leads its own session (jupyter_client)
-            except OSError:
-                process.kill()
-            process.wait()
+        _LAUNCHED.pop().wait()
 
 
 @lru_cache(maxsize=1)

@@ -41,7 +41,7 @@ import pytest
 import requests
 
 from autograder import notebooks as nbu
-from course import ROOT, light_release, light_source, notebook_name, place_light_lab
+from course import ROOT, light_source, notebook_name, place_light_lab
 from test_exchange import COURSE_ID, LAB, reachable, two_users  # noqa: F401 (two_users: the fixture)
 
 STUDENT_PASSWORD = "a-class-password"
@@ -391,7 +391,7 @@ def test_a_class_round_trip_through_the_hub(hub):
         assert LAB in [a["name"] for a in instructor.formgrader("GET", "/assignments")]
 
         # Students fetch through their Assignment List; the first answers the first exercise; both submit.
-        source, release = light_source(), light_release()
+        source = light_source()
         reference = nbu.reference_answers(source)
         first = next(iter(reference))
         for i, student in enumerate(students):

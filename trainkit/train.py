@@ -425,6 +425,17 @@ def _version(distribution: str) -> str | None:
 
 
 # --------------------------------------------------------------------------------------------- trainer
+
+@contextlib.contextmanager
+def stop_signals_to(handler):
+    """SIGTERM and SIGINT go to ``handler`` while the block runs; the handlers they had are back after it."""
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
 class Trainer:
     """The reference loop. Build it from a TrainConfig; ``fit()`` trains and returns the history.
 
@@ -875,12 +886,8 @@ class Trainer:
                 raise Interrupted(signum, self.step, self._latest_saved_at)
 
         self._stop_signal = self._late_signal = None
-        previous = {sig: signal.signal(sig, ask_to_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
+        with stop_signals_to(ask_to_stop):
             yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
 
     def _stop_requested(self) -> bool:
         flag = self._stop_signal or 0
@@ -1214,12 +1221,8 @@ def _signals_stop_the_command(progress: dict):
             raise Interrupted(signum, None)
         raise Interrupted(signum, trainer.step, trainer._latest_saved_at)
 
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with stop_signals_to(stop):
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def main(argv: list[str] | None = None) -> int:
