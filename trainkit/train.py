@@ -179,10 +179,12 @@ def git_sha(repo_dir: str | os.PathLike | None = None) -> str:
 
 def rank_seeds(seed: int, rank: int) -> dict[str, Any]:
     """The seeds of one rank's global random streams: torch (dropout), Python's ``random`` and NumPy's legacy
-    generator, drawn from ``numpy.random.SeedSequence(seed, spawn_key=(rank,))``. Every (seed, rank) pair gets its
-    own unrelated streams; ``seed + rank`` would not (run seed 0 rank 1 would repeat run seed 1 rank 0, lesson 7).
+    generator, drawn from ``numpy.random.SeedSequence(seed, spawn_key=(1, rank))``: purpose 1, the per-rank streams, as
+    in lesson 7, so that no other use of the seed (purpose 0 is a data order there) meets the same sequence. Every
+    (seed, rank) pair gets its own unrelated streams; ``seed + rank`` would not (run seed 0 rank 1 would repeat run
+    seed 1 rank 0, lesson 7).
     Separate words per library, so that Python and NumPy (both Mersenne Twisters) do not start from one state."""
-    words = [int(w) for w in np.random.SeedSequence(seed, spawn_key=(rank,)).generate_state(6)]  # uint32 words
+    words = [int(w) for w in np.random.SeedSequence(seed, spawn_key=(1, rank)).generate_state(6)]  # uint32 words
     return {"torch": words[0] << 32 | words[1], "python": words[2] << 32 | words[3],
             "numpy": words[4:6]}   # np.random.seed takes 32-bit words, not one 64-bit int
 

@@ -173,131 +173,46 @@ def init_check(model, x, y, tol=0.1):
 
 FIX_OK = '''
 def fix_a(data, seed=0, steps=200, width=64):
-    """SCRIPTS["a"] with its bug fixed."""
-    torch.manual_seed(seed)
-    model = mlp(64, width, 1, 10)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    schedule = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.9)
-    g = torch.Generator().manual_seed(seed)
-    run, order, pos = Run(), torch.randperm(len(data.y_train), generator=g), 0
-    for step in range(steps + 1):
-        if step % 20 == 0 or step == steps:
-            run.val_loss.append(evaluate(model, data.x_val, data.y_val)[0])
-            run.val_steps.append(step)
-        if step == steps:
-            break
-        if pos + 64 > len(order):
-            order, pos = torch.randperm(len(data.y_train), generator=g), 0
-            schedule.step()                      # the bug: stepped after every optimiser step, the "per epoch" decay
-        idx, pos = order[pos:pos + 64], pos + 64  # reached 1e-3 * 0.9^100 = 3e-8 by step 100 (lr/step: the monitoring)
-        loss = F.cross_entropy(model(data.x_train[idx]), data.y_train[idx])
+    def update(opt, schedule, loss):
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        run.train_loss.append(loss.item())
-    return model, run
+
+    def new_epoch(schedule):
+        schedule.step()
+
+    return SCRIPTS["a"].replace(update=update, new_epoch=new_epoch)(data, seed=seed, steps=steps, width=width)
 
 
 def fix_b(data, seed=0, steps=200, width=64):
-    """SCRIPTS["b"] with its bug fixed."""
-    torch.manual_seed(seed)
-    model = mlp(64, width, 1, 10)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    g = torch.Generator().manual_seed(seed)
-    run, order, pos = Run(), torch.randperm(len(data.y_train), generator=g), 0
-    for step in range(steps + 1):
-        if step % 20 == 0 or step == steps:
-            run.val_loss.append(evaluate(model, data.x_val, data.y_val)[0])
-            run.val_steps.append(step)
-        if step == steps:
-            break
-        if pos + 64 > len(order):
-            order, pos = torch.randperm(len(data.y_train), generator=g), 0
-        idx, pos = order[pos:pos + 64], pos + 64
-        loss = F.cross_entropy(model(data.x_train[idx]), data.y_train[idx])
-        opt.zero_grad(set_to_none=True)          # the bug: gradients were never cleared, so every step added up
-        loss.backward()                          # all the gradients of the run so far
-        opt.step()
-        run.train_loss.append(loss.item())
-    return model, run
-
-
-def fix_e(data, seed=0, steps=200, width=64):
-    """SCRIPTS["e"] with its bug fixed."""
-    torch.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Dropout(0.5), nn.Linear(width, 10))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    g = torch.Generator().manual_seed(seed)
-    run, order, pos = Run(), torch.randperm(len(data.y_train), generator=g), 0
-    for step in range(steps + 1):
-        if step % 20 == 0 or step == steps:
-            run.val_loss.append(evaluate(model, data.x_val, data.y_val)[0])   # the bug: dropout was on at evaluation
-            run.val_steps.append(step)
-        if step == steps:
-            break
-        if pos + 64 > len(order):
-            order, pos = torch.randperm(len(data.y_train), generator=g), 0
-        idx, pos = order[pos:pos + 64], pos + 64
-        model.train()
-        loss = F.cross_entropy(model(data.x_train[idx]), data.y_train[idx])
+    def update(opt, schedule, loss):
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        run.train_loss.append(loss.item())
-    model.eval()
-    return model, run
+
+    return SCRIPTS["b"].replace(update=update)(data, seed=seed, steps=steps, width=width)
 
 
 def fix_c(data, seed=0, steps=200, width=64):
-    """SCRIPTS["c"] with its bug fixed."""
-    torch.manual_seed(seed)
-    model = mlp(8, width, 1, 1, activation="tanh")
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    g = torch.Generator().manual_seed(seed)
-    run, order, pos = Run(), torch.randperm(len(data.y_train), generator=g), 0
-    for step in range(steps + 1):
-        if step % 20 == 0 or step == steps:
-            with torch.no_grad():
-                model.eval()
-                run.val_loss.append(F.mse_loss(model(data.x_val).squeeze(-1), data.y_val).item())
-                model.train()
-            run.val_steps.append(step)
-        if step == steps:
-            break
-        if pos + 64 > len(order):
-            order, pos = torch.randperm(len(data.y_train), generator=g), 0
-        idx, pos = order[pos:pos + 64], pos + 64
-        prediction = model(data.x_train[idx]).squeeze(-1)          # the bug: (64, 1) - (64,) broadcast to (64, 64),
-        loss = ((prediction - data.y_train[idx]) ** 2).mean()       # a loss that only the mean can minimise
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        run.train_loss.append(loss.item())
-    return model, run
+    def loss(model, x, y):
+        prediction = model(x).squeeze(-1)
+        return ((prediction - y) ** 2).mean()
+
+    return SCRIPTS["c"].replace(loss=loss)(data, seed=seed, steps=steps, width=width)
 
 
 def fix_d(data, seed=0, steps=200, width=64):
-    """SCRIPTS["d"] with its bug fixed."""
-    torch.manual_seed(seed)
-    model = mlp(64, width, 1, 10)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    g = torch.Generator().manual_seed(seed)
-    run, order, pos = Run(), torch.randperm(len(data.y_train), generator=g), 0   # the bug: batches of one class
-    for step in range(steps + 1):
-        if step % 20 == 0 or step == steps:
-            run.val_loss.append(evaluate(model, data.x_val, data.y_val)[0])
-            run.val_steps.append(step)
-        if step == steps:
-            break
-        if pos + 64 > len(order):
-            order, pos = torch.randperm(len(data.y_train), generator=g), 0         # reshuffled every epoch
-        idx, pos = order[pos:pos + 64], pos + 64
-        loss = F.cross_entropy(model(data.x_train[idx]), data.y_train[idx])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        run.train_loss.append(loss.item())
-    return model, run
+    def epoch_order(data, g):
+        return torch.randperm(len(data.y_train), generator=g)
+
+    return SCRIPTS["d"].replace(epoch_order=epoch_order)(data, seed=seed, steps=steps, width=width)
+
+
+def fix_e(data, seed=0, steps=200, width=64):
+    def validate(model, data):
+        return evaluate(model, data.x_val, data.y_val)[0]
+
+    return SCRIPTS["e"].replace(validate=validate)(data, seed=seed, steps=steps, width=width)
 '''
 
 
@@ -713,37 +628,36 @@ def gradient_flow_report(model, compute_loss, threshold=1e-10):
     "init_lower_end_too_low": {"init_check": _swap(INIT_OK, "loss < (1 - tol) * expected", "loss <= (1 - tol) * expected")},
     # --- exercise 5: fix five broken runs (each loses only its own script's test cell)
     # script a's schedule still stepped after every optimiser step: the script as it was
-    "fix_schedule_unfixed": {"fix_runs": _swap(_swap(FIX_OK,
-        "            schedule.step()                      # the bug: stepped after every optimiser step, the \"per epoch\" decay\n", ""),
-        "        opt.step()\n        run.train_loss.append(loss.item())\n    return model, run\n\n\ndef fix_b",
-        "        opt.step()\n        schedule.step()\n        run.train_loss.append(loss.item())\n    return model, run\n\n\ndef fix_b")},
+    "fix_schedule_unfixed": {"fix_runs": _swap(FIX_OK,
+        'return SCRIPTS["a"].replace(update=update, new_epoch=new_epoch)', 'return SCRIPTS["a"]')},
     # the symptom treated: a gentler decay, still stepped every optimiser step (0.99 per step: 13 % of the lr by the end)
-    "fix_schedule_gentler_per_step": {"fix_runs": _swap(_swap(_swap(FIX_OK,
-        "            schedule.step()                      # the bug: stepped after every optimiser step, the \"per epoch\" decay\n", ""),
-        "        opt.step()\n        run.train_loss.append(loss.item())\n    return model, run\n\n\ndef fix_b",
-        "        opt.step()\n        schedule.step()\n        run.train_loss.append(loss.item())\n    return model, run\n\n\ndef fix_b"),
-        "ExponentialLR(opt, gamma=0.9)", "ExponentialLR(opt, gamma=0.99)")},
+    "fix_schedule_gentler_per_step": {"fix_runs": _swap(FIX_OK,
+        'return SCRIPTS["a"].replace(update=update, new_epoch=new_epoch)',
+        'def build(width):\n'
+        '        model, opt, _ = SCRIPTS["a"].build(width)\n'
+        '        return model, opt, torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.99)\n\n'
+        '    return SCRIPTS["a"].replace(build=build)')},
     # the accumulation left in: the script as it was
-    "fix_accumulating_unfixed": {"fix_runs": _swap(FIX_OK, "        opt.zero_grad(set_to_none=True)          # the bug: gradients were never cleared, so every step added up\n", "")},
+    "fix_accumulating_unfixed": {"fix_runs": _swap(FIX_OK, 'return SCRIPTS["b"].replace(update=update)', 'return SCRIPTS["b"]')},
     # the gradients cleared between backward and step: nothing is ever applied
     "fix_accumulating_zero_grad_after_backward": {"fix_runs": _swap(FIX_OK,
-        "        opt.zero_grad(set_to_none=True)          # the bug: gradients were never cleared, so every step added up\n"
-        "        loss.backward()                          # all the gradients of the run so far\n",
-        "        loss.backward()\n        opt.zero_grad(set_to_none=True)\n")},
+        "        opt.zero_grad(set_to_none=True)\n        loss.backward()\n        opt.step()\n\n    return SCRIPTS[\"b\"]",
+        "        loss.backward()\n        opt.zero_grad(set_to_none=True)\n        opt.step()\n\n    return SCRIPTS[\"b\"]")},
     # eval mode only for the model handed back: the curve was still measured with dropout on
     "fix_dropout_eval_only_at_the_end": {"fix_runs": _swap(FIX_OK,
-        "            run.val_loss.append(evaluate(model, data.x_val, data.y_val)[0])   # the bug: dropout was on at evaluation\n",
-        "            with torch.no_grad():\n                run.val_loss.append(F.cross_entropy(model(data.x_val), data.y_val).item())\n")},
+        '    return SCRIPTS["e"].replace(validate=validate)(data, seed=seed, steps=steps, width=width)',
+        '    model, run = SCRIPTS["e"](data, seed=seed, steps=steps, width=width)\n    return model.eval(), run')},
     # the symptom treated: a smaller learning rate, the broadcast kept
-    "fix_broadcast_lower_lr": {"fix_runs": _swap(_swap(FIX_OK, "        prediction = model(data.x_train[idx]).squeeze(-1)          # the bug",
-                                                       "        prediction = model(data.x_train[idx])          # the bug"),
-                                                 "opt = torch.optim.AdamW(model.parameters(), lr=3e-3)", "opt = torch.optim.AdamW(model.parameters(), lr=3e-4)")},
+    "fix_broadcast_lower_lr": {"fix_runs": _swap(FIX_OK,
+        'return SCRIPTS["c"].replace(loss=loss)',
+        'def build(width):\n'
+        '        model, _, _ = SCRIPTS["c"].build(width)\n'
+        '        return model, torch.optim.AdamW(model.parameters(), lr=3e-4), None\n\n'
+        '    return SCRIPTS["c"].replace(build=build)')},
     # still grouped by class, only in the other order
-    "fix_sorted_descending": {"fix_runs": _swap(_swap(FIX_OK,
-        "    run, order, pos = Run(), torch.randperm(len(data.y_train), generator=g), 0   # the bug: batches of one class\n",
-        "    run, order, pos = Run(), torch.argsort(data.y_train, descending=True, stable=True), 0\n"),
-        "            order, pos = torch.randperm(len(data.y_train), generator=g), 0         # reshuffled every epoch\n",
-        "            pos = 0\n")},
+    "fix_sorted_descending": {"fix_runs": _swap(FIX_OK,
+        "        return torch.randperm(len(data.y_train), generator=g)",
+        "        return torch.argsort(data.y_train, descending=True, stable=True)")},
     # --- exercise 1: diagnose (read real runs)
     "diagnose_first_reading": {"diagnose": DIAGNOSE_FIRST_READING},
     "diagnose_visible_tests_only": {"diagnose": DIAGNOSE_ABSOLUTE},
