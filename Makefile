@@ -122,21 +122,21 @@ test-gpu: install
 gpu-wheels: install
 	$(BIN)/python benchmarks/gpu_wheels.py --out .whl
 
-# Instructor: regenerate labs/ (nbgrader generate_assignment), refusing to overwrite hand edits (autograder/release.py).
+# Instructor: regenerate labs/ (nbgrader generate_assignment), refusing to overwrite hand edits (publish/release.py).
 labs: install
-	$(BIN)/python -m autograder.release $(if $(FORCE),--force)
+	$(BIN)/python -m publish.release $(if $(FORCE),--force)
 
-# Instructor: the student edition (autograder/edition.py, templates in edition/), ready to publish as its own repository.
+# Instructor: the student edition (publish/edition.py, templates in publish/student_edition/), ready to publish as its own repository.
 EDITION ?= build/student-edition
 student-edition: install
-	$(BIN)/python -m autograder.edition --out $(EDITION) $(if $(ARCHIVE),--archive)
+	$(BIN)/python -m publish.edition --out $(EDITION) $(if $(ARCHIVE),--archive)
 
 # Sandboxed (autograder/sandbox.py: bubblewrap, no root needed); where no sandbox can be made it grades nothing and
 # says why. UNSANDBOXED=1 grades anyway, each submission's code with your rights: never for a class.
 grade: install
 	$(BIN)/python -m autograder.grade --jobs $(JOBS) $(if $(UNSANDBOXED),--no-sandbox)
 
-# Instructor, on a Linux server, as root: JupyterHub for a class (autograder/hub.py; README "Run the course for a
+# Instructor, on a Linux server, as root: JupyterHub for a class (publish/hub.py; docs/hub.md, "Run the course for a
 # class"). The checkout's .venv is built as the account that owns the checkout (the grader), never as root.
 # AUTH=shared's passwords never go on a command line (every account's `ps` shows it): it asks on the terminal, or
 # reads HUB_PASSWORD_FILE, a file only root can read (lines `students = ...` and `instructors = ...`).
@@ -148,7 +148,7 @@ hub:
 	@test "$$(id -u)" = 0 || { echo "make hub: run it as root (sudo make hub STUDENTS=... INSTRUCTORS=...)"; exit 2; }
 	@test "$(OWNER)" != root || { echo "make hub: this checkout belongs to root: clone the course as the grading account"; exit 2; }
 	runuser -u $(OWNER) -- $(MAKE) --no-print-directory install PYTHON=$(PYTHON)
-	$(BIN)/python -m autograder.hub --hub-dir $(HUB_DIR) --students "$(STUDENTS)" \
+	$(BIN)/python -m publish.hub --hub-dir $(HUB_DIR) --students "$(STUDENTS)" \
 	  --instructors "$(INSTRUCTORS)" --auth $(AUTH) --bind-url $(BIND_URL) --python $(PYTHON) \
 	  $(if $(HUB_PASSWORD_FILE),--password-file $(HUB_PASSWORD_FILE)) \
 	  $(if $(KEEP_SUBMISSIONS),--keep-submissions $(KEEP_SUBMISSIONS)) \
@@ -159,8 +159,8 @@ normalize: install
 
 # A readable edition of the lessons: each lesson executed afresh, as static HTML with a contents page.
 site: install
-	$(BIN)/python -m autograder.lesson_site --out build/site --jobs $(JOBS) $(if $(FORCE),--force)
-	@echo "Open build/site/index.html (self-contained; formulas need the network for MathJax)."
+	$(BIN)/python -m publish.lesson_site --out build/site --jobs $(JOBS) $(if $(FORCE),--force)
+	@echo "Open build/site/index.html (self-contained: no network needed, formulas are MathML)."
 
 # Every pin installs from binary wheels on each Python that pyproject.toml's requires-python allows.
 check-pythons: install

@@ -17,7 +17,7 @@ c.CourseDirectory.release_directory = "labs"       # nbgrader "release": generat
 c.CourseDirectory.db_url = "sqlite:///" + os.path.join(HERE, "gradebook.db")
 # nbgrader's exchange (release_assignment -> fetch_assignment -> submit -> collect -> release_feedback ->
 # fetch_feedback): `make install` creates this folder world-writable with the sticky bit, as nbgrader requires
-# when several local users share it. Students' own nbgrader config must name the same folder (README, "Exchange").
+# when several local users share it. Students' own nbgrader config must name the same folder (docs/instructors.md, "Handing out and collecting through nbgrader's exchange").
 c.Exchange.root = os.path.join(HERE, ".nbgrader_exchange")
 # A fetched assignment lands in <the student's Jupyter folder>/training-infra/<assignment>/: their own copy,
 # never labs/ or solutions/; fetching again never overwrites it (with --replace, only missing files).

@@ -7,7 +7,10 @@
   ``FeedbackLabels.show_hidden_tests`` is True (``nbgrader generate_feedback --FeedbackLabels.show_hidden_tests=True``).
 - ``FeedbackExporter``, the HTML exporter of generate_feedback, whose template (``templates/course_feedback``,
   built on nbgrader's own feedback template) shows those labels, and "awaiting grading" instead of a score of 0
-  for a written answer nobody has graded yet.
+  for a written answer nobody has graded yet. It is a ``MathMLExporter``: formulas in markdown (``$...$``,
+  ``$$...$$``, ``\begin{align}...``) become MathML when the page is built, which browsers render natively, so the
+  page loads nothing from the network (no MathJax; a class hub may have none). ``publish/lesson_site.py`` uses
+  the same exporter for the lessons' pages.
 - ``CsvWithPending``, nbgrader's CSV export with one more column, ``manual_grading``: "pending" while some
   answer of that submission awaits manual grading.
 """
@@ -16,14 +19,18 @@ from __future__ import annotations
 import csv
 import os
 import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import nbgrader
+from jinja2 import DictLoader, pass_context
+from latex2mathml.converter import convert as _latex2mathml
 from nbconvert.exporters import HTMLExporter
+from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.plugins.export import CsvExportPlugin
 from nbconvert.preprocessors import Preprocessor
-from traitlets import Bool, Unicode
+from traitlets import Bool, Unicode, default
 
 TEMPLATES = str(Path(__file__).resolve().parent / "templates")
 _FORMGRADER = os.path.join(os.path.dirname(nbgrader.__file__), "server_extensions", "formgrader")
@@ -87,12 +94,88 @@ class FeedbackLabels(Preprocessor):
         return cell, resources
 
 
-class FeedbackExporter(HTMLExporter):
+# The MathML elements latex2mathml writes: anything else in its output (raw HTML that \text{...} passed through)
+# means the formula stays TeX.
+MATHML_TAGS = frozenset(
+    "math mrow mi mn mo mtext ms mspace msub msup msubsup munder mover munderover mmultiscripts mprescripts none "
+    "mfrac msqrt mroot mstyle merror mpadded mphantom menclose mtable mtr mtd mlabeledtr maction semantics "
+    "annotation".split())
+UNKNOWN_COMMAND = re.compile(r"^\\[A-Za-z]")  # latex2mathml keeps a command it does not know as text: "\foo"
+
+
+def tex_to_mathml(tex: str, display: bool = False) -> str | None:
+    """The MathML of one TeX formula (no delimiters), or None where latex2mathml cannot convert it: a syntax error,
+    a command it does not know, or anything but MathML in its output. Never raises."""
+    try:
+        mathml = _latex2mathml(tex.strip(), display="block" if display else "inline")
+        root = ET.fromstring(mathml)
+    except Exception:  # latex2mathml's own errors and whatever else a malformed formula makes it raise
+        return None
+    for el in root.iter():
+        if el.tag.rpartition("}")[2] not in MATHML_TAGS or UNKNOWN_COMMAND.match(el.text or ""):
+            return None
+    return mathml
+
+
+class MathMLRenderer(IPythonRenderer):
+    """nbconvert's markdown renderer, with each formula it finds written as MathML.
+
+    The markdown parser decides what is math, as for MathJax: code spans and code blocks are never math, nor is a
+    lone dollar ("$5"). One more rule, pandoc's: inline math neither starts nor ends with a space, so "costs $5 and
+    $10" is prose. What is not converted is written as nbconvert writes it, TeX between its dollars."""
+
+    def inline_math(self, body: str) -> str:
+        if body[:1].isspace() or body[-1:].isspace():
+            return super().inline_math(body)
+        return tex_to_mathml(body) or super().inline_math(body)
+
+    def block_math(self, body: str) -> str:
+        return tex_to_mathml(body, display=True) or super().block_math(body)
+
+    def latex_environment(self, name: str, body: str) -> str:
+        env = f"\\begin{{{name}}}{body}\\end{{{name}}}"
+        return tex_to_mathml(env, display=True) or super().latex_environment(name, body)
+
+
+# Replaces nbconvert's mathjax.html.j2 (the templates' `mathjax` macro): no script.
+NO_MATHJAX = "{%- macro mathjax(url='') -%}{%- endmacro -%}"
+
+
+class MathMLExporter(HTMLExporter):
+    """An HTML exporter whose formulas need no network: markdown (cells, markdown outputs, the feedback's comments;
+    all go through the ``markdown2html`` filter) is rendered by ``MathMLRenderer``, and the templates' MathJax script
+    is left out unless ``mathjax`` is True (then it loads from ``mathjax_url``, for any TeX left unconverted)."""
+
+    mathjax = Bool(False, help="Also load MathJax from mathjax_url (for formulas latex2mathml cannot convert).").tag(
+        config=True)
+
+    @default("extra_loaders")
+    def _without_mathjax(self):
+        return [] if self.mathjax else [DictLoader({"mathjax.html.j2": NO_MATHJAX})]
+
+    @pass_context
+    def markdown2html(self, context, source):
+        """nbconvert's HTMLExporter.markdown2html, with MathMLRenderer."""
+        cell = context.get("cell", {})
+        renderer = MathMLRenderer(
+            escape=False,
+            attachments=cell.get("attachments", {}),
+            embed_images=self.embed_images,
+            path=context.get("resources", {}).get("metadata", {}).get("path", ""),
+            anchor_link_text=self.anchor_link_text,
+            exclude_anchor_links=self.exclude_anchor_links,
+            **self.lexer_options,
+        )
+        return MarkdownWithMath(renderer=renderer).render(source)
+
+
+class FeedbackExporter(MathMLExporter):
     """generate_feedback's exporter: nbgrader's feedback page with the course's labels and pending marks.
 
     Its template is set in nbgrader_config.py (``c.FeedbackExporter.template_name``): config for this class
     wins over the ``HTMLExporter`` settings that nbgrader and the Formgrader apply, so feedback generated from
-    the Formgrader's button looks the same as `make grade`'s."""
+    the Formgrader's button looks the same as `make grade`'s. Formulas are MathML and the page loads no MathJax
+    (``MathMLExporter``)."""
 
 
 class CsvWithPending(CsvExportPlugin):

@@ -216,7 +216,7 @@ def grade_one(course: Path, template: Path, batch: Path, key: str, student: str,
 
     # The kernel's settings; in the sandbox its home is its own, in memory (sandbox.HOME), otherwise a scratch folder.
     home = sandbox.HOME if isolate else str(grader_dir / "home")
-    # On the CPU by design, sandboxed or not (README, Grading safety): the same grade whatever the machine has.
+    # On the CPU by design, sandboxed or not (docs/security.md): the same grade whatever the machine has.
     kernel_env = {"WANDB_MODE": "offline", "WANDB_DIR": home, "JUPYTER_RUNTIME_DIR": str(grader_dir / "runtime"),
                   "TRAINKIT_CHALLENGE_DIR": str(grader_dir / "challenge"), "CUDA_VISIBLE_DEVICES": ""}
     if not isolate:

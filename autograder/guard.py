@@ -13,7 +13,7 @@ So a solution cell that rebinds ``expect_close``, swaps a helper's ``__code__``,
 ``torch.nn.init.calculate_gain``, shadows ``AssertionError`` or silences IPython's error reporting gets
 the test cells run against the originals. This cannot be complete inside one Python process: code that
 deliberately hunts for this module's saved references (through ``gc``, ``sys.modules``) or patches the
-built-in functions it uses can still defeat it. The README says what is and is not protected.
+built-in functions it uses can still defeat it. docs/security.md says what is and is not protected.
 """
 from __future__ import annotations
 
@@ -27,14 +27,18 @@ MODULES = (
     "builtins", "math", "operator", "functools", "copy", "numpy", "numpy.testing", "torch", "torch.nn",
     "torch.nn.functional", "torch.nn.init", "torch.nn.utils", "torch.nn.utils.clip_grad", "torch.optim",
     "torch.optim.lr_scheduler", "torch.amp", "torch.amp.grad_scaler", "torch.linalg", "torch.testing",
-    "lion_pytorch", "autograder.checks", "trainkit", "trainkit.models", "trainkit.data",
+    "lion_pytorch", "trainkit.checks", "trainkit", "trainkit.models", "trainkit.data",
     "trainkit.gpt", "trainkit.corpus", "trainkit.runlog", "trainkit.train", "trainkit.train_config",
-    "trainkit.checkpoint", "trainkit.digits", "trainkit.runbank", "trainkit.broken_runs", "trainkit.broken_setups",
-    "trainkit.challenge", "trainkit.preemption",
-    # the judgement exercises' visible variants; the grader's unseen ones are not watched: they are lent afresh to
-    # each test cell that loads them (autograder.lending), so nothing a solution cell did can have touched them
-    "trainkit.unstable_runs", "trainkit.repro_runs", "trainkit.fp16_runs", "trainkit.tuning", "trainkit.schedule_task",
-    "trainkit.init_nets",
+    "trainkit.checkpoint", "trainkit.digits",
+    # each lab's material (trainkit/labs/): the judgement exercises' visible variants among it; the grader's unseen
+    # ones are not watched: they are lent afresh to each test cell that loads them (autograder.lending), so nothing a
+    # solution cell did can have touched them
+    "trainkit.labs.lab01_signal_propagation.init_nets", "trainkit.labs.lab02_lr_schedules.schedule_task",
+    "trainkit.labs.lab03_gradient_clipping.unstable_runs", "trainkit.labs.lab04_optimizers.tuning",
+    "trainkit.labs.lab05_mixed_precision.fp16_runs", "trainkit.labs.lab06_debugging_protocol.runbank",
+    "trainkit.labs.lab06_debugging_protocol.broken_runs", "trainkit.labs.lab06_debugging_protocol.broken_setups",
+    "trainkit.labs.lab07_monitoring_reproducibility.repro_runs", "trainkit.labs.lab08_infra_lab.challenge",
+    "trainkit.labs.lab08_infra_lab.preemption",
     # what the grader lends and takes back the unseen variants with (autograder.lending), and what that relies on
     "autograder.lending", "gc", "os", "shutil", "tempfile", "importlib", "importlib.util",
 )
@@ -45,7 +49,8 @@ CLASSES = (
     ("torch.optim.lr_scheduler", "LRScheduler"), ("torch.optim.lr_scheduler", "LambdaLR"),
     ("torch.amp", "GradScaler"), ("lion_pytorch", "Lion"), ("numpy", "ndarray"),
     ("trainkit.train", "Trainer"), ("trainkit.train", "TrainConfig"), ("trainkit.runlog", "RunLogger"),
-    ("trainkit.gpt", "GPT"), ("trainkit.corpus", "TokenData"), ("trainkit.init_nets", "Residual"),
+    ("trainkit.gpt", "GPT"), ("trainkit.corpus", "TokenData"),
+    ("trainkit.labs.lab01_signal_propagation.init_nets", "Residual"),
     ("IPython.core.interactiveshell", "InteractiveShell"), ("ipykernel.zmqshell", "ZMQInteractiveShell"),
 )
 # Builtins that ipykernel itself replaces for every request (stdin forwarding).

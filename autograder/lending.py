@@ -13,7 +13,7 @@ settings) are in the kernel only while a test cell that calls no student functio
 calls student code first strips the answers from the variants and calls ``forget`` itself (see lab 7). What cannot be
 protected inside one Python process: student code that runs during such a cell anyway (a thread started earlier, an
 audit hook) can read whatever is in memory then. Hooks on IPython's events and trace or profile functions are put aside
-while a module is lent (``lend`` to ``forget``), so they do not run then. The README says what is and is not protected.
+while a module is lent (``lend`` to ``forget``), so they do not run then. docs/security.md says what is and is not protected.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
     python -m autograder.notebooks normalize FILE...   # strip outputs, stable metadata (commit these)
     python -m autograder.notebooks check FILE...       # exit 1 if any file is not normalized
 
-Conventions the course relies on (see README, "Writing a lab"):
+Conventions the course relies on (see CONTRIBUTING.md):
 - a solution cell ``<name>`` is graded by test cells ``test_<name>`` (and ``test_<name>__<suffix>``);
   the exercise of a test cell is the part of its grade_id between ``test_`` and ``__``;
 - cells without nbgrader metadata are free cells (demos, scratch): grading ignores them and the quick

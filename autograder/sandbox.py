@@ -30,7 +30,7 @@ Grading runs on the CPU by design, whatever the machine has: the same submission
 
 Files the kernel writes belong to the account that grades. Where no sandbox can be made, ``make grade`` stops and
 says why, unless told to grade without one (``--no-sandbox``: a fresh kernel per submission, nothing more). What
-is and is not protected is listed in the README.
+is and is not protected is listed in docs/security.md.
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""Lab 8's challenge: the scores behind its bands, measured again (trainkit/challenge.py quotes them).
+"""Lab 8's challenge: the scores behind its bands, measured again (trainkit/labs/lab08_infra_lab/challenge.py quotes them).
 
     python benchmarks/challenge.py                    # the preset and the reference entry on seeds 0-3 and 7
     python benchmarks/challenge.py --seeds 0 1729     # other seeds (the grader's is drawn per course: never measure it here)
 
-Each row is one ``trainkit.challenge.run_entry`` (one thread, as in the lab): its score, and its wall clock, which
+Each row is one ``trainkit.labs.lab08_infra_lab.challenge.run_entry`` (one thread, as in the lab): its score, and its wall clock, which
 is for reading only (a shared machine's clock is noisy). ``PRESET_LOSS`` is the preset's mean score here, and the
 bands (``BANDS``) hang off it; if a new torch moves that mean by more than a few hundredths, set it again.
 """
@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainkit import challenge  # noqa: E402
+from trainkit.labs.lab08_infra_lab import challenge  # noqa: E402
 from trainkit.train import Trainer  # noqa: E402
 
 ENTRIES = {

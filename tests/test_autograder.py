@@ -131,8 +131,8 @@ def test_the_reference_scores_full_marks_and_no_cell_it_holds_fails(graded):
 
 
 def test_the_reference_makes_the_guard_restore_nothing(graded):
-    """The guard's "[grader] restored before this test" note is for what a submission changed (README: read any
-    submission that shows one). The reference and its bug change nothing the tests rely on: no test cell says so, though
+    """The guard's "[grader] restored before this test" note is for what a submission changed (docs/security.md: read
+    any submission that shows one). The reference and its bug change nothing the tests rely on: no test cell says so, though
     the grader's lending, temporary files and torch's own lazy imports change module state as they run."""
     assignment, course, _ = graded
     graded_nb = nbu.read(next((course / "autograded" / "buggy" / assignment).glob("*.ipynb")))
@@ -256,7 +256,7 @@ def test_pending_written_answers_are_marked_in_feedback_csv_and_table(graded):
 def test_the_challenge_is_rerun_scored_by_the_grader_and_ranked(graded):
     """Lab 8's challenge: every submission that ran is re-scored from its saved weights and on the leaderboard."""
     from autograder.challenge_check import ASSIGNMENT
-    from trainkit.challenge import BANDS
+    from trainkit.labs.lab08_infra_lab.challenge import BANDS
 
     assignment, course, _ = graded
     if assignment != ASSIGNMENT:

@@ -1,4 +1,4 @@
-"""Lab 6's blind setups (trainkit.broken_setups, autograder.setups_check): every graded setup is broken in exactly
+"""Lab 6's blind setups (trainkit.labs.lab06_debugging_protocol.broken_setups, autograder.setups_check): every graded setup is broken in exactly
 the part it names, the bug costs its run, the grader's setups differ from the visible ones, and every kind of
 breakage the grader uses is shown by a visible setup."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from autograder import setups_check
-from trainkit import broken_setups as bs
+from trainkit.labs.lab06_debugging_protocol import broken_setups as bs
 
 VISIBLE = bs.visible_specs()
 STORED = json.loads(setups_check.UNSEEN_FILE.read_text())["specs"]

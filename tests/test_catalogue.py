@@ -69,7 +69,7 @@ def test_every_assignment_has_a_catalogue_of_three_bugs_per_exercise():
 
 def _previews_as_checks(nb):
     """The notebook with every visible ``preview(check, ...)`` written as ``check(...)``: it fails exactly where the
-    student's copy prints that a band is not reached yet (``autograder.checks.preview`` prints when, and only when,
+    student's copy prints that a band is not reached yet (``trainkit.checks.preview`` prints when, and only when,
     the check raises AssertionError), so "a visible test shows the miss" covers the band cells that preview."""
     nb = copy.deepcopy(nb)
     for cell in nb.cells:

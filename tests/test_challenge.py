@@ -25,7 +25,7 @@ import torch
 import autograder
 from autograder import challenge_check, lending
 from autograder import notebooks as nbu
-from trainkit import challenge
+from trainkit.labs.lab08_infra_lab import challenge
 from trainkit.gpt import GPT, GPTConfig
 from trainkit.train import Trainer
 
@@ -265,7 +265,7 @@ def test_no_feedback_record_or_leaderboard_names_the_seed(tmp_path, monkeypatch)
     the course's; its record and the leaderboard hold no seed either."""
     import dataclasses
 
-    from autograder.checks import expect
+    from trainkit.checks import expect
 
     cells = _challenge_cells()
     run_dir = tmp_path / "challenge"

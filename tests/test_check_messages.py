@@ -13,7 +13,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 def test_a_failing_check_shows_its_sentence_without_the_graders_frames(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [
-        nbformat.v4.new_code_cell("import torch\nfrom autograder.checks import expect, expect_close, substitute"),
+        nbformat.v4.new_code_cell("import torch\nfrom trainkit.checks import expect, expect_close, substitute"),
         nbformat.v4.new_code_cell("expect_close(torch.ones(3), torch.zeros(3), 'init_zero(w)', hint='use zeros_')"),
         nbformat.v4.new_code_cell("with substitute(globals(), x=1):\n    expect(False, 'the gain should be 5/3')"),
     ]
@@ -28,7 +28,7 @@ def test_a_failing_check_shows_its_sentence_without_the_graders_frames(tmp_path)
 
 
 def test_preview_prints_how_far_a_band_is_and_never_fails_the_cell(capsys):
-    from autograder.checks import expect, preview
+    from trainkit.checks import expect, preview
 
     def band(share, need):
         expect(share >= need, f"passed {share:.0%} of the visible runs; this test cell needs {need:.0%}")
@@ -56,7 +56,7 @@ def _judgement_band_cells():
 
 
 def test_a_judgement_exercise_fails_visibly_only_below_its_first_band():
-    """The rule of autograder.checks.preview: a cell that previews a band on the visible variants asserts it on the
+    """The rule of trainkit.checks.preview: a cell that previews a band on the visible variants asserts it on the
     unseen ones (hidden), and an earlier cell of the same exercise asserts that check's first band visibly."""
     previewing = 0
     for (lab, exercise), cells in _judgement_band_cells().items():

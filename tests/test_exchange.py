@@ -181,7 +181,7 @@ def test_release_fetch_submit_collect_grade_feedback_round_trip(two_users):
     config = (ROOT / "nbgrader_config.py").read_text(encoding="utf-8")
     (course / "nbgrader_config.py").write_text(config + f"\nc.Exchange.root = {str(exchange)!r}\n", encoding="utf-8")
     subprocess.run(["chown", "-R", f"{instructor}:{instructor}", str(course)], check=True)
-    # The student's nbgrader config names the course and the exchange (README, "Exchange").
+    # The student's nbgrader config names the course and the exchange (docs/instructors.md).
     (student_home / "nbgrader_config.py").write_text(
         "c = get_config()  # noqa: F821\n"
         f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"

@@ -6,6 +6,7 @@ column, make grade's table) is checked on the graded submissions of tests/test_a
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import nbformat
@@ -13,7 +14,7 @@ import pytest
 from traitlets.config.loader import PyFileConfigLoader
 
 from autograder import notebooks as nbu
-from autograder.feedback import HIDDEN, CsvWithPending, FeedbackExporter, FeedbackLabels, label
+from autograder.feedback import HIDDEN, CsvWithPending, FeedbackExporter, FeedbackLabels, label, tex_to_mathml
 from course import ASSIGNMENTS, ROOT, source_nb
 
 
@@ -89,3 +90,45 @@ def test_make_install_creates_the_exchange_world_writable_with_the_sticky_bit():
     assert "mkdir -p .nbgrader_exchange" in install and "chmod 1777 .nbgrader_exchange" in install, install
     # Ignored as a folder (make install) and as the link make hub puts there: a pattern without the trailing slash.
     assert ".nbgrader_exchange" in (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+
+
+def feedback_html(nb) -> str:
+    """The feedback page of ``nb`` as generate_feedback's exporter writes it, configured by nbgrader_config.py (no
+    gradebook: the grades the template shows are given here)."""
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    info = {"notebook": "maths", "score": 1.0, "max_score": 3.0, "pending_count": 0, "late_penalty": 0}
+    body, _ = FeedbackExporter(config=config).from_notebook_node(nb, resources={"nbgrader": info})
+    return body
+
+
+def test_feedback_formulas_are_mathml_and_the_page_loads_nothing_from_the_network():
+    nb = nbformat.v4.new_notebook()
+    written = nbformat.v4.new_markdown_cell("Scale by $\\frac{1}{\\sqrt{d}}$ here.")
+    written.metadata.nbgrader = {"grade": True, "solution": True, "grade_id": "written_scale", "points": 2,
+                                 "score": 1, "comment": "Almost: it is $\\sqrt{d_k}$."}
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("Inline $\\sqrt{d}$ and display:\n\n$$\\mathrm{lr}_t = \\eta\\,"
+                                      "\\min(1, t/W)$$\n\nA GPU hour costs $5 and a TPU $10 (prose). Shell: "
+                                      "`echo $OUT $x$`. Broken: $\\frac{1}{$ and $\\foo{x}$ stay TeX."),
+        written,
+        nbformat.v4.new_code_cell("price = '$5'  # $\\alpha$ in code stays as it is"),
+    ]
+    page = feedback_html(nb)
+    text = re.sub(r"<math.*?</math>", "", page, flags=re.S)
+    assert page.count("<math") == 4, "inline, display, the written answer's and its comment's formula"
+    assert 'display="block"' in page and "<msqrt>" in page
+    assert "$\\sqrt{d}$" not in page and "$$" not in text, "converted formulas leave no TeX behind"
+    assert "costs $5 and a TPU $10 (prose)" in text, "a dollar in prose is not math"
+    assert "<code>echo $OUT $x$</code>" in text, "a code span is not math"
+    assert "$\\frac{1}{$" in text and "$\\foo{x}$" in text, "TeX the converter cannot read stays as it was"
+    assert "&#39;$5&#39;" in text or "'$5'" in text, "code cells are not touched"
+    scripts = re.findall(r"<script[^>]*>", page)
+    remote = [u for u in re.findall(r'(?:src|href)="([^"]*)"', page) if re.match(r"[a-z]+://", u)]
+    assert not scripts and not remote, f"the feedback page loads something: {scripts} {remote}"
+
+
+def test_tex_to_mathml_never_raises_and_refuses_what_it_cannot_convert():
+    assert tex_to_mathml("x^2").startswith("<math")
+    assert 'display="block"' in tex_to_mathml("x^2", display=True)
+    for bad in ("\\frac{1}{", "x^", "\\left(", "\\begin{foo} x", "\\foo x", "\\text{a<b}", "\\text{<img src=x>}"):
+        assert tex_to_mathml(bad) is None, bad

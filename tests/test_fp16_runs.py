@@ -1,4 +1,4 @@
-"""Lab 5's fp16 variants (trainkit.fp16_runs, autograder.fp16_check): every planted trouble is real and needs its own
+"""Lab 5's fp16 variants (trainkit.labs.lab05_mixed_precision.fp16_runs, autograder.fp16_check): every planted trouble is real and needs its own
 fix, the grader's variants differ from the visible ones, a diagnosing recipe lands far inside the 2 % band, and the
 helpers refuse bad input with a clear message.
 
@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from autograder import fp16_check
 from course import load_catalogue
-from trainkit import fp16_runs as fr
+from trainkit.labs.lab05_mixed_precision import fp16_runs as fr
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -157,7 +157,7 @@ def test_the_kubernetes_job_runs_as_many_shards_as_it_has_pods():
     from autograder.grade import shard_spec
     from course import ROOT
 
-    job = yaml.safe_load((ROOT / "autograder" / "jupyterhub" / "grading-shards.yaml").read_text())
+    job = yaml.safe_load((ROOT / "publish" / "jupyterhub" / "grading-shards.yaml").read_text())
     spec, pod = job["spec"], job["spec"]["template"]["spec"]
     command = pod["containers"][0]["command"][-1]
     shards = int(command.split("--shard ${JOB_COMPLETION_INDEX}/")[1].split()[0])

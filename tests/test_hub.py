@@ -2,7 +2,7 @@
 the hub's and the users' own servers' HTTP APIs (what the browser panels call).
 
 Throw-away Unix accounts (as tests/test_exchange.py: needs root, skips saying why without it): an instructor who
-owns a scratch checkout of the course (one lab), and two students. `python -m autograder.hub` (make hub's CLI) sets
+owns a scratch checkout of the course (one lab), and two students. `python -m publish.hub` (make hub's CLI) sets
 up and starts the hub on loopback with the shared passwords (students', instructors') from a root-only file; it
 builds the student edition (the students' lessons come from it), but the users' servers run this checkout's
 environment (`--student-env`: installing the edition into an environment of its own is `make hub`'s default and
@@ -326,7 +326,7 @@ def hub(two_users):  # noqa: F811
     hub_dir = Path(tempfile.mkdtemp(prefix="training-infra-hub-", dir="/var/tmp"))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "autograder.hub", "--hub-dir", str(hub_dir), "--course", str(course),
+    command = [sys.executable, "-m", "publish.hub", "--hub-dir", str(hub_dir), "--course", str(course),
                "--students", " ".join(n for n, _ in students), "--instructors", instructor, "--auth", "shared",
                "--password-file", str(password_file), "--keep-submissions", str(KEEP),
                "--max-submission-mb", str(MAX_MB), "--bind-url", url, "--student-env", sys.prefix,
@@ -452,7 +452,7 @@ def load_hub_config(hub_dir: Path, auth: str, monkeypatch):
     """The configuration make hub starts, read with settings (and passwords) as setup writes them."""
     from traitlets.config.loader import PyFileConfigLoader
 
-    from autograder import hub
+    from publish import hub
 
     (hub_dir / "state").mkdir(exist_ok=True)
     (hub_dir / "state" / hub.SETTINGS).write_text(json.dumps({
@@ -471,7 +471,7 @@ def test_the_hub_configuration_loads_listens_on_loopback_and_names_the_course(tm
     """Without root too: the service holds no scope on the hub, its runtime files go to the hub's folder."""
     from traitlets.config.loader import PyFileConfigLoader
 
-    from autograder import hub
+    from publish import hub
 
     config = load_hub_config(tmp_path, "pam", monkeypatch)
     course_id = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config().CourseDirectory.course_id
@@ -498,7 +498,7 @@ def test_the_hub_configuration_loads_listens_on_loopback_and_names_the_course(tm
 def test_shared_passwords_one_for_students_another_for_instructors(tmp_path, monkeypatch):
     """AUTH=shared: the students' password does not open an instructor's account; make hub refuses a missing or
     equal instructors' password and a password file others can read, and asks on the terminal otherwise."""
-    from autograder import hub
+    from publish import hub
 
     config = load_hub_config(tmp_path, "shared", monkeypatch)
     authenticator = config.JupyterHub.authenticator_class(config=config)

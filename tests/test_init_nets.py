@@ -1,4 +1,4 @@
-"""Lab 1's judgement exercise (trainkit.init_nets, autograder.init_check): the unseen networks are other networks, the
+"""Lab 1's judgement exercise (trainkit.labs.lab01_signal_propagation.init_nets, autograder.init_check): the unseen networks are other networks, the
 reference and the catalogue's alternative pass every network with margin, first answers do not, and what judges an
 initialisation refuses bad input and tampering with a reason."""
 from __future__ import annotations
@@ -12,8 +12,8 @@ import torch.nn as nn
 from autograder import notebooks as nbu
 from autograder.init_check import HIDDEN_NETS, HIDDEN_SEED
 from course import load_catalogue, source_nb
-from trainkit import init_nets as inn
-from trainkit.init_nets import VISIBLE_NETS, Residual, build_net, check_spec, describe, judge, signal_profile
+from trainkit.labs.lab01_signal_propagation import init_nets as inn
+from trainkit.labs.lab01_signal_propagation.init_nets import VISIBLE_NETS, Residual, build_net, check_spec, describe, judge, signal_profile
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 LAB = "01_signal_propagation"

@@ -51,11 +51,11 @@ def test_every_instructor_module_a_hidden_test_imports_is_lent_with_its_data():
         assert read == set(data), f"autograder/{name}.py reads {sorted(read)}; lending lends it {sorted(data)}"
         assert all((package / f).is_file() for f in data), name
     assert lending.imported_by("x = 1\nfrom autograder.repro_check import load_unseen as l\n"
-                               "import autograder.init_check\nfrom autograder.checks import expect") == \
+                               "import autograder.init_check\nfrom trainkit.checks import expect") == \
         ["init_check", "repro_check"]
 
 
-# Test cells that hold a lent module while they call student code on purpose, and why that is safe enough (README,
+# Test cells that hold a lent module while they call student code on purpose, and why that is safe enough (docs/security.md,
 # "The unseen variants").
 MAY_RUN_STUDENT_CODE = {
     "test_find_broken_part__repaired_70": "trains the repaired setups, whose parts are the student's (not protected)",
@@ -138,7 +138,7 @@ def test_the_sandbox_shows_no_lent_file_and_no_new_file_of_the_unseen_folder(tmp
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"{[0] * len(files)} False", f"unreadable or empty, and not importable: {proc.stdout}"
     assert all(Path(f).stat().st_size > 0 for f in files if f != str(planted)), "outside the sandbox the files are there"
-    from autograder import edition
+    from publish import edition
     assert not [f for f in edition.plan() if f.startswith("autograder/unseen")], "the student edition ships none of it"
 
 
@@ -175,7 +175,7 @@ def _places():
     for _path in _glob.glob(_package.__path__[0] + "/repro_unseen.json") + _glob.glob("/tmp/**/repro_unseen.json",
                                                                                       recursive=True):
         try:                                                           # its data file, or a lent copy of it
-            from trainkit.repro_runs import load_pairs as _load_pairs
+            from trainkit.labs.lab07_monitoring_reproducibility.repro_runs import load_pairs as _load_pairs
             yield _load_pairs(_path)
         except Exception:
             pass

@@ -12,7 +12,7 @@ import pytest
 from autograder import notebooks as nbu
 from autograder.preemption_check import HIDDEN_SETTINGS, best_save_every, excess, expected_run_time, worst_excess
 from course import load_catalogue, source_nb
-from trainkit.preemption import FaultSetting, check_save_every, simulate_runs
+from trainkit.labs.lab08_infra_lab.preemption import FaultSetting, check_save_every, simulate_runs
 
 BANDS = {"sound": 1.20, "near the best": 1.05, "the best": 1.01}     # the notebook's SAVE_BANDS (checked below)
 

@@ -1,4 +1,4 @@
-"""Lab 7's pairs of runs (trainkit.repro_runs, autograder.repro_check): every graded pair is a pair of real training
+"""Lab 7's pairs of runs (trainkit.labs.lab07_monitoring_reproducibility.repro_runs, autograder.repro_check): every graded pair is a pair of real training
 runs whose logs show their planted cause, the unseen pairs are not the visible ones, and a reading of the manifests
 alone, or of the logs alone, does not reach full marks. Exercise 7's runs to reproduce (the end of this file): the
 reference reproduces every visible and unseen one bit for bit, and a mapping of the manifest's fields alone does not.
@@ -22,7 +22,7 @@ import torch
 from autograder.repro_check import (HIDDEN_PLANTS, HIDDEN_TARGET_KINDS, hidden_target_specs, load_hidden_targets,
                                     load_unseen, shows_cause, unseen_specs)
 from course import load_catalogue, source_nb
-from trainkit import repro_runs as rr
+from trainkit.labs.lab07_monitoring_reproducibility import repro_runs as rr
 
 VISIBLE = rr.load_visible()
 UNSEEN = load_unseen()

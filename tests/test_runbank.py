@@ -17,7 +17,7 @@ import torch
 
 import autograder.notebooks as nbu
 from autograder.runbank_check import load_unseen, shows_cause, unseen_specs
-from trainkit import runbank
+from trainkit.labs.lab06_debugging_protocol import runbank
 
 STORED = runbank.load_visible()
 UNSEEN = load_unseen()

@@ -1,4 +1,4 @@
-"""Lab 2's schedule decision (trainkit.schedule_task, autograder.schedule_check): the stored references are the runs
+"""Lab 2's schedule decision (trainkit.labs.lab02_lr_schedules.schedule_task, autograder.schedule_check): the stored references are the runs
 of their sweeps, the grader's variants are not the visible ones, the reference decision passes every variant with
 room to spare while a decision that ignores the run does not, and the task's helpers refuse what they cannot run."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 
 from autograder import schedule_check as sc
 from course import source_nb
-from trainkit import schedule_task as st
+from trainkit.labs.lab02_lr_schedules import schedule_task as st
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import edition
+from publish import edition
 from autograder import notebooks as nbu
 from course import ASSIGNMENTS, load_catalogue
 
@@ -136,7 +136,7 @@ def test_archive_holds_the_same_files(built):
 def test_pins_are_the_course_pins(built):
     import tomllib
 
-    from autograder.edition import INSTRUCTOR_ONLY_PACKAGES, student_dependencies
+    from publish.edition import INSTRUCTOR_ONLY_PACKAGES, student_dependencies
 
     mine = tomllib.loads((built / "pyproject.toml").read_text())["project"]
     course = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -204,8 +204,8 @@ def test_every_lab_setup_cell_runs_from_the_edition_alone(built, tmp_path):
         assert nbu.grade_id(cell) == "setup", f"{lab.name}: the first code cell is not the setup cell"
         setups.append(f"# {lab.name}\n{cell.source}")
     code = "\n".join(setups) + (
-        "\nimport trainkit, trainkit.workspace, autograder.checks\n"
-        "print('FILES', trainkit.__file__, autograder.checks.__file__)\n"
+        "\nimport trainkit, trainkit.workspace, trainkit.checks\n"
+        "print('FILES', trainkit.__file__, trainkit.checks.__file__)\n"
         "try:\n    import autograder.grade\n    print('GRADER importable')\n"
         "except ImportError:\n    print('GRADER absent')\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=edition_env(built),

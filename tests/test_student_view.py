@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import lesson_site
+from publish import lesson_site
 from trainkit import selfcheck
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,5 +1,5 @@
 """Student work is never overwritten: own copies in my-work/ (trainkit/workspace.py), and an instructor's
-`make labs` that stops rather than overwrite a released notebook a person changed (autograder/release.py)."""
+`make labs` that stops rather than overwrite a released notebook a person changed (publish/release.py)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from autograder import notebooks as nbu
-from autograder import release
+from publish import release
 from trainkit import workspace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,8 +152,8 @@ def test_makefile_routes_students_to_their_copies_and_guards_labs():
     assert "--port=8899" in make_dry("lab", "PORT=8899")
     assert "-m trainkit.workspace reset 03 clip_grad_norm" in make_dry("reset-lab", "LAB=03", "EXERCISE=clip_grad_norm")
     labs = make_dry("labs")
-    assert "-m autograder.release" in labs and "--force" not in labs and "generate_assignment" not in labs
-    assert "-m autograder.release --force" in make_dry("labs", "FORCE=1")
+    assert "-m publish.release" in labs and "--force" not in labs and "generate_assignment" not in labs
+    assert "-m publish.release --force" in make_dry("labs", "FORCE=1")
     help_text = subprocess.run(["make", "-s", "-C", str(ROOT), "help"], capture_output=True, text=True).stdout
     student_part, _, instructor_part = help_text.partition("For instructors")
     assert "make lab " in student_part and "make reset-lab" in student_part and "make validate" in student_part

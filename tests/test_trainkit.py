@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import trainkit
-from autograder.checks import expect, expect_close, expect_raises, expect_std, substitute
+from trainkit.checks import expect, expect_close, expect_raises, expect_std, substitute
 from trainkit import selfcheck
 from trainkit.data import MarkovSource, uniform_loss
 from trainkit.models import GPTConfig, TinyGPT, mlp

@@ -11,7 +11,7 @@ from autograder import notebooks as nbu
 from autograder.tuning_check import GRID, HIDDEN_SEEDS, MARGIN, load_hidden, sweep
 from course import load_catalogue, source_nb
 from trainkit.data import excess_bar
-from trainkit.tuning import (OPTIMIZERS, VISIBLE_SEEDS, BudgetExceeded, TuningTask, check_config, floor, grade_tune,
+from trainkit.labs.lab04_optimizers.tuning import (OPTIMIZERS, VISIBLE_SEEDS, BudgetExceeded, TuningTask, check_config, floor, grade_tune,
                              graded_loss, load_visible_tasks, run_config)
 
 VISIBLE, HIDDEN = load_visible_tasks(), load_hidden()

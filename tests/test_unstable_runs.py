@@ -1,4 +1,4 @@
-"""Lab 3's guard exercise (trainkit.unstable_runs, autograder.unstable_check): the runs are real and unstable, the
+"""Lab 3's guard exercise (trainkit.labs.lab03_gradient_clipping.unstable_runs, autograder.unstable_check): the runs are real and unstable, the
 grader's runs differ from the visible ones, the reference guard and a different honest one pass every run with a
 margin, and the first reading of the spec and fixed thresholds do not."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from autograder import notebooks as nbu
 from autograder.unstable_check import HIDDEN_SPECS
 from course import load_catalogue, source_nb
-from trainkit import unstable_runs as ur
+from trainkit.labs.lab03_gradient_clipping import unstable_runs as ur
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -2,7 +2,7 @@
 
 nbgrader keeps every submission in the exchange forever, each up to 100 MB, so a student clicking Submit fills the
 server's disk; and a submission nbgrader refuses reaches the student as a raw traceback. On the hub (`make hub`
-writes the students' nbgrader configuration, autograder/hub.py), Submit is ``CappedSubmit``:
+writes the students' nbgrader configuration, publish/hub.py), Submit is ``CappedSubmit``:
 
 - a lab folder larger than ``max_mb`` is refused with one sentence that says what to do (no traceback: the
   Assignment List shows it through ``AssignmentListWithRefusals``, this module's Jupyter server extension);
@@ -11,7 +11,7 @@ writes the students' nbgrader configuration, autograder/hub.py), Submit is ``Cap
   List shows what the exchange holds). The instructor collects the latest one, as before.
 
 A student can still write to the world-writable exchange by hand; the operating system's disk quotas are the wall
-for that (autograder/jupyterhub/README.md).
+for that (publish/jupyterhub/README.md).
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ re-runs the student's entry with the course's seed (``graders_seed``, called by 
 test cells) and writes the trained weights and the run's record into ``$TRAINKIT_CHALLENGE_DIR`` as ``RUN_FILE``.
 Then, outside the sandbox, ``apply``:
 - loads that file without running any of its code (``torch.load(weights_only=True)``), checks the model against
-  the challenge's rules before building it, and scores the weights itself with ``trainkit.challenge.evaluate``;
+  the challenge's rules before building it, and scores the weights itself with ``trainkit.labs.lab08_infra_lab.challenge.evaluate``;
 - gives each challenge test cell at most the points that trusted score earns (a kernel that reported a better
   number than its weights give, or no weights at all, earns nothing from the re-run's cells);
 - writes ``challenge.json`` (the verified record) next to the autograded notebook.
@@ -22,7 +22,7 @@ the student's code runs with it during grading (it is the run's ``cfg.seed``), s
 into their own graded notebook and tune on it before resubmitting. Delete the file to draw a new seed for a new class
 (keep it while a class is graded: a new seed changes every challenge score at the next regrade).
 
-Where the bands come from (``trainkit.challenge.BANDS``; kept here, out of the student edition, because the figures name
+Where the bands come from (``trainkit.labs.lab08_infra_lab.challenge.BANDS``; kept here, out of the student edition, because the figures name
 tuned configurations): the top band, ``TUNED_LOSS`` = 2.25, is what careful tuning reaches. A trial student who tuned
 for 27 minutes (one layer of width 160, one KV head, MLP 256, 800 steps of 4 sequences, lr 1e-3, warmup 80) scored
 1.95-2.13 over seeds 0-7; the reference entry (the same with WSD) 1.86-2.04 over seeds 0-4, 7 and 1729; the preset's
@@ -41,10 +41,10 @@ import secrets
 from pathlib import Path
 
 ASSIGNMENT = "08_infra_lab"
-# The challenge's test cells and the band each one needs (trainkit.challenge.BANDS).
+# The challenge's test cells and the band each one needs (trainkit.labs.lab08_infra_lab.challenge.BANDS).
 CELLS = {"test_challenge_entry__learns": "learns", "test_challenge_entry__preset": "preset",
          "test_challenge_entry__tuned": "tuned"}
-RUN_FILE = "graded_run.pt"     # = trainkit.challenge.GRADED_RUN_FILE: a name that does not carry the seed
+RUN_FILE = "graded_run.pt"     # = trainkit.labs.lab08_infra_lab.challenge.GRADED_RUN_FILE: a name that does not carry the seed
 RECORD = "challenge.json"
 # lending's convention (<stem>_unseen.json for <stem>_check.py): the file is lent with this module, and only with it
 SEED_FILE = "challenge_unseen.json"
@@ -120,7 +120,7 @@ def verify(path: Path, seed: int | None = None) -> dict:
     "val_loss", "claimed", ...}. The record holds no seed: it reaches the leaderboard."""
     import torch
 
-    from trainkit import challenge
+    from trainkit.labs.lab08_infra_lab import challenge
     from trainkit.gpt import GPT, GPTConfig
 
     if not path.is_file():
@@ -158,8 +158,8 @@ def verify(path: Path, seed: int | None = None) -> dict:
 
 
 def reaches(record: dict, band: str) -> bool:
-    """Whether a trusted record's loss reaches a band (trainkit.challenge.BANDS)."""
-    from trainkit.challenge import BANDS
+    """Whether a trusted record's loss reaches a band (trainkit.labs.lab08_infra_lab.challenge.BANDS)."""
+    from trainkit.labs.lab08_infra_lab.challenge import BANDS
 
     return record.get("status") == "verified" and record["val_loss"] <= BANDS[band]
 
@@ -222,7 +222,7 @@ def write_leaderboard(course: Path) -> Path | None:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    from trainkit.challenge import BANDS, TOKEN_BUDGET
+    from trainkit.labs.lab08_infra_lab.challenge import BANDS, TOKEN_BUDGET
 
     head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
     body = "\n".join("<tr>" + "".join(f"<td>{html.escape(str(r[c]))}</td>" for c in COLUMNS) + "</tr>" for r in rows)

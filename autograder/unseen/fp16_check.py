@@ -1,6 +1,6 @@
 """Instructor side of lab 5's fp16 recipes: the grader's unseen variants.
 
-The same planted kinds as the visible ones (``trainkit.fp16_runs.VISIBLE_SPECS``: a tiny or a huge loss weight, raw
+The same planted kinds as the visible ones (``trainkit.labs.lab05_mixed_precision.fp16_runs.VISIBLE_SPECS``: a tiny or a huge loss weight, raw
 inputs in large units, a large residual stream, a regression net in large target units, and pairs of them) at other
 magnitudes, widths, depths, data splits and seeds. Instructor-only (not in the student edition): with the unseen
 variants in sight a student could tune a recipe to them instead of diagnosing the variant in hand.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from trainkit.fp16_runs import Recipe, Variant, make_variant, train_fp16
+from trainkit.labs.lab05_mixed_precision.fp16_runs import Recipe, Variant, make_variant, train_fp16
 
 UNSEEN_SPECS = [
     dict(kind="clean", width=48, depth=2, split=1, seed=11),
@@ -56,7 +56,7 @@ def gap(variant: Variant, recipe: Recipe) -> float:
 
 
 def main() -> None:
-    from trainkit.fp16_runs import load_visible_variants
+    from trainkit.labs.lab05_mixed_precision.fp16_runs import load_visible_variants
 
     for where, variants in [("visible", load_visible_variants()), ("unseen", load_unseen())]:
         for v in variants:

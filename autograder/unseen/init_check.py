@@ -1,4 +1,4 @@
-"""Instructor side of lab 1's judgement exercise: the grader's unseen networks (``trainkit.init_nets``).
+"""Instructor side of lab 1's judgement exercise: the grader's unseen networks (``trainkit.labs.lab01_signal_propagation.init_nets``).
 
 They differ from the visible ones in depth, width and bias, and bring activations the visible networks never show
 (leaky ReLU with other slopes, ELU, GELU, SiLU, softplus, sigmoid): an initialisation that recognises the visible
@@ -9,7 +9,7 @@ a student could tune for them instead of for the rule. Building and judging them
 """
 from __future__ import annotations
 
-from trainkit.init_nets import net_spec
+from trainkit.labs.lab01_signal_propagation.init_nets import net_spec
 
 HIDDEN_SEED = 7
 HIDDEN_NETS = [

@@ -1,5 +1,5 @@
 """Lab 8's checkpoint-interval decision, scored by the outcome: the exact mean wall clock of the run that a chosen
-``save_every`` produces under trainkit.preemption's model, against the best interval of the same run.
+``save_every`` produces under trainkit.labs.lab08_infra_lab.preemption's model, against the best interval of the same run.
 
 Instructor-only (the student edition leaves autograder/ out): the hidden test cell imports ``HIDDEN_SETTINGS`` and
 ``worst_excess`` from here. The settings are other runs and machines than the notebook's visible ones: other step
@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from trainkit.preemption import FaultSetting, _stretches, check_save_every
+from trainkit.labs.lab08_infra_lab.preemption import FaultSetting, _stretches, check_save_every
 
 
 def expected_run_time(setting: FaultSetting, save_every: int) -> float:

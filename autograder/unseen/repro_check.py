@@ -16,13 +16,13 @@ evaluation, or in evaluation only), and a code change in runs that could also ra
 
     python -m autograder.repro_check build     # retrain the visible and the unseen pairs, store both
 
-The visible pairs (trainkit/repro_visible.json) go to students; the unseen ones (autograder/unseen/repro_unseen.json,
+The visible pairs (trainkit/labs/lab07_monitoring_reproducibility/repro_visible.json) go to students; the unseen ones (autograder/unseen/repro_unseen.json,
 instructor-only like this module) are what lab 7's hidden tests grade ``why_not_reproducible`` on.
 tests/test_repro_runs.py retrains a sample of each and checks that the stored pairs are the runs of their specs.
 
 Exercise 7's runs to reproduce are not stored: bit for bit is decided by the grading machine's own arithmetic, so
 ``load_hidden_targets`` trains them where they are graded (``hidden_target_specs``, ``HIDDEN_TARGET_KINDS``: other tasks,
-sizes, lengths and seeds than ``trainkit.repro_runs.visible_target_specs``, and manifests wrong or silent in ways the
+sizes, lengths and seeds than ``trainkit.labs.lab07_monitoring_reproducibility.repro_runs.visible_target_specs``, and manifests wrong or silent in ways the
 visible runs never show). tests/test_repro_runs.py proves that the reference reproduces every one of them.
 """
 from __future__ import annotations
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import torch
 
-from trainkit import repro_runs as rr
-from trainkit.repro_runs import _code, _fine_tune, _masks, _racy, _side
+from trainkit.labs.lab07_monitoring_reproducibility import repro_runs as rr
+from trainkit.labs.lab07_monitoring_reproducibility.repro_runs import _code, _fine_tune, _masks, _racy, _side
 
 UNSEEN_FILE = Path(__file__).with_name("repro_unseen.json")
 

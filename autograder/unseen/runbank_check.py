@@ -7,7 +7,7 @@ in ``trainkit`` (which students have), because with it a student could try each 
 
     python -m autograder.runbank_check build     # retrain the visible and the unseen runs, store both
 
-The visible runs (trainkit/runbank_visible.json) go to students; the unseen ones (autograder/unseen/runbank_unseen.json,
+The visible runs (trainkit/labs/lab06_debugging_protocol/runbank_visible.json) go to students; the unseen ones (autograder/unseen/runbank_unseen.json,
 instructor-only like this module) are what lab 6's hidden tests grade ``diagnose`` on. Both are trained once and
 stored rather than trained at grading: every submission is graded on the same runs, whatever CPU grades it, and a
 grading run does not spend 25 s of each lab-6 notebook retraining them. tests/test_runbank.py retrains a sample of
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from trainkit import runbank
+from trainkit.labs.lab06_debugging_protocol import runbank
 
 
 def _noise(train) -> float:

@@ -1,9 +1,9 @@
 """Instructor side of lab 2's schedule decision: the grader's unseen runs and the reference losses of every run.
 
-A schedule is judged by the validation loss its run reaches (``trainkit.schedule_task.run``) against the reference:
+A schedule is judged by the validation loss its run reaches (``trainkit.labs.lab02_lr_schedules.schedule_task.run``) against the reference:
 the best of a sweep of warmup + cosine schedules over the peak learning rate, measured once per variant on
 ``BUILD_SEEDS`` and stored. ``python -m autograder.schedule_check build`` sweeps the visible variants (stored for
-students in trainkit/schedule_visible.json: their reference losses only) and the unseen ones below (stored here, in
+students in trainkit/labs/lab02_lr_schedules/schedule_visible.json: their reference losses only) and the unseen ones below (stored here, in
 schedule_unseen.json, with their sweeps). Grading trains only the student's schedule; tests/test_schedule_task.py
 re-measures a sample of the stored references.
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from trainkit import schedule_task as st
+from trainkit.labs.lab02_lr_schedules import schedule_task as st
 
 UNSEEN_FILE = Path(__file__).with_name("schedule_unseen.json")
 BUILD_SEEDS = (0, 1, 2)

@@ -1,6 +1,6 @@
 """Instructor side of lab 6's blind setups: the grader's unseen setups, and which of them show their bug.
 
-The unseen setups break the same six parts as the visible ones (``trainkit.broken_setups``), on other widths, depths,
+The unseen setups break the same six parts as the visible ones (``trainkit.labs.lab06_debugging_protocol.broken_setups``), on other widths, depths,
 dropout rates and data splits, and also with bugs of their own (``HIDDEN_BUGS``): each of the same kind as a visible
 bug (``SHOWN_BY``) but another mechanism, size or place of it, so a method that only recognises the visible bugs misses
 them and one that checks each part against what it is meant to do finds them. This module is instructor-only (not in the student edition) for the same reason as ``runbank_check``: with the hidden
@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from trainkit import broken_setups as bs
+from trainkit.labs.lab06_debugging_protocol import broken_setups as bs
 
 UNSEEN_FILE = Path(__file__).with_name("setups_unseen.json")
 

@@ -6,7 +6,7 @@ bar lets a configuration's excess over the task's floor (``tuning.floor``: what 
 ``1 + MARGIN`` times the sweep's best excess (``trainkit.data.excess_bar``, lab 2's rule too): a ratio of whole
 losses was loose where the floor is high (the bigram LM's bar admitted learning rates a factor 100 apart). A
 configuration passes a task when the mean of its own runs on the same seeds is at most the bar. ``python -m autograder.tuning_check build`` runs the sweeps (a few
-minutes) and stores the visible tasks with their bars in trainkit/tuning_visible.json and the hidden ones in
+minutes) and stores the visible tasks with their bars in trainkit/labs/lab04_optimizers/tuning_visible.json and the hidden ones in
 autograder/unseen/tuning_unseen.json, so grading never sweeps; tests/test_tuning.py re-runs a sample of each.
 
 The hidden tasks are the visible kinds (digits with an MLP or a linear model, pixels standardised or in raw units; a
@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from trainkit import tuning
+from trainkit.labs.lab04_optimizers import tuning
 from trainkit.data import excess_bar
 
 HIDDEN_FILE = Path(__file__).with_name("tuning_unseen.json")

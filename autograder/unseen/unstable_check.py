@@ -1,6 +1,6 @@
 """Instructor side of lab 3's guard exercise: the grader's unstable runs, which students never see.
 
-They are runs of the same kinds as ``trainkit.unstable_runs.VISIBLE_SPECS`` (the same three tasks, both optimizers,
+They are runs of the same kinds as ``trainkit.labs.lab03_gradient_clipping.unstable_runs.VISIBLE_SPECS`` (the same three tasks, both optimizers,
 spikes huge and mild, stretches of bad minibatches, heavy-tailed healthy norms, norms drifting within a run, NaN and
 infinite inputs, no fault before step 20) with other seeds, data splits, widths, learning rates, spike sizes, counts
 and stretch lengths, drift rates (30x up, 100x down) and noise levels, and natural gradient norms that reach past the
@@ -15,7 +15,7 @@ some.
 """
 from __future__ import annotations
 
-from trainkit.unstable_runs import RunSpec
+from trainkit.labs.lab03_gradient_clipping.unstable_runs import RunSpec
 
 HIDDEN_SPECS = (
     RunSpec("regression, SGD, loss x3000 growing 30x, wider", task="regression", optimizer="sgd", lr=0.03,

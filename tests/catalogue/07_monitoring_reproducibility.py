@@ -278,7 +278,7 @@ def why_not_reproducible(run_a, run_b):
 # --- exercise 7: reproduce (graded by the share of runs that train(settings) reproduces bit for bit)
 REPRODUCE_OK = '''
 def reproduce(manifest: dict, log: list) -> dict:
-    """The settings for trainkit.repro_runs.train whose log is `log`, bit for bit."""
+    """The settings for trainkit.labs.lab07_monitoring_reproducibility.repro_runs.train whose log is `log`, bit for bit."""
     # Trust the manifest for what only it records (task, model, optimiser, batch size) and the log for everything it
     # shows; every seed is checked against the log, the recorded one first, then the pipelines' whole range.
     cfg = manifest["config"]

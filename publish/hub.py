@@ -142,7 +142,7 @@ def role_config(folder: Path, role: str, exchange: Path, keep: int, max_mb: floa
     (folder / "labconfig" / "page_config.json").write_text(json.dumps({"disabledExtensions": disabled}, indent=1) + "\n")
     if role != "formgrader":   # the service reads the checkout's own nbgrader_config.py
         (folder / "nbgrader_config.py").write_text(
-            '"""nbgrader for the course\'s hub users (written by make hub: autograder/hub.py)."""\n'
+            '"""nbgrader for the course\'s hub users (written by make hub: publish/hub.py)."""\n'
             "c = get_config()  # noqa: F821\n"
             f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
             f"c.Exchange.root = {str(exchange)!r}\n"
@@ -207,7 +207,7 @@ def student_edition(hub: Path) -> Path:
     """The student edition of this checkout (a few seconds): what the students' environment installs, and the
     lessons each student's server starts with."""
     edition = hub / "student-edition"
-    subprocess.run([sys.executable, "-m", "autograder.edition", "--out", str(edition), "--quiet"], check=True, cwd=ROOT)
+    subprocess.run([sys.executable, "-m", "publish.edition", "--out", str(edition), "--quiet"], check=True, cwd=ROOT)
     return edition
 
 
@@ -299,7 +299,7 @@ def start(hub: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.hub", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m publish.hub", description=__doc__.split("\n\n")[0])
     parser.add_argument("--hub-dir", type=Path, default=DEFAULT_HUB_DIR)
     parser.add_argument("--course", type=Path, default=ROOT, help="the instructor's checkout (default: this one)")
     parser.add_argument("--students", default="", help="account names, separated by spaces or commas")

@@ -1,14 +1,16 @@
 """A readable edition of the lessons: execute each lesson and write a static HTML site with a contents page.
 
-    python -m autograder.lesson_site [--out build/site] [--jobs N] [--force] [lessons/NN_topic_lesson.ipynb ...]
+    python -m publish.lesson_site [--out build/site] [--jobs N] [--force] [lessons/NN_topic_lesson.ipynb ...]
 
 (``make site`` runs it on every lesson.) Each lesson is executed from scratch, in its own kernel, in the
 lessons/ folder (JOBS lessons at once): the pages show what the code really printed and plotted on this machine,
-and a lesson that raises, or writes to stderr, fails the build. A page is rebuilt only when its lesson, trainkit
-or this file changed (``--force`` rebuilds all). The site is self-contained: relative links, plots embedded as
-data URIs, CSS inline, no JavaScript of its own. Only math needs the network: MathJax is loaded from a CDN when a
-page is opened (without it, formulas show as their TeX source). Self-check questions show as the question, its
-options and a "Show answer" reveal (trainkit.selfcheck writes that HTML form next to the live widget).
+and a lesson that raises, or writes to stderr, fails the build. A page is rebuilt only when its lesson, trainkit,
+this file or autograder/feedback.py changed (``--force`` rebuilds all). The site is self-contained: relative links,
+plots embedded as data URIs, CSS inline, no JavaScript of its own. Formulas are MathML, converted from the lessons'
+TeX when a page is built (autograder.feedback.MathMLExporter, as for the feedback): browsers render it natively, so
+the pages load nothing from the network; a formula the converter cannot read stays TeX (``--mathjax-url`` adds a
+MathJax to typeset those). Self-check questions show as the question, its options and a "Show answer" reveal
+(trainkit.selfcheck writes that HTML form next to the live widget).
 """
 from __future__ import annotations
 
@@ -105,7 +107,8 @@ def _nav(pages: list[dict], i: int) -> str:
 def to_html(nb_json: str, title: str, nav: str, mathjax_url: str = "") -> str:
     import nbformat
     from bs4 import BeautifulSoup
-    from nbconvert import HTMLExporter
+
+    from autograder.feedback import MathMLExporter
 
     nb = nbformat.reads(nb_json, as_version=4)
     nb.metadata["title"] = title
@@ -113,7 +116,8 @@ def to_html(nb_json: str, title: str, nav: str, mathjax_url: str = "") -> str:
         cell["outputs"] = [out for out in cell.get("outputs", [])
                            if "application/vnd.jupyter.widget-view+json" not in out.get("data", {})
                            or "text/html" in out["data"]]
-    exporter = HTMLExporter(template_name="lab", **({"mathjax_url": mathjax_url} if mathjax_url else {}))
+    extra = {"mathjax": True, "mathjax_url": mathjax_url} if mathjax_url else {}  # MathJax only when asked for
+    exporter = MathMLExporter(template_name="lab", **extra)
     body, _ = exporter.from_notebook_node(nb)
     soup = BeautifulSoup(body, "html.parser")
     for script in soup.find_all("script", src=True):  # require.js from a CDN: nothing on these pages uses it
@@ -140,8 +144,8 @@ interactively. Here a self-check shows its answer behind a <i>Show answer</i> bu
 <ol>
 {items}
 </ol>
-<p class="muted">{html.escape(built)} Formulas are typeset by MathJax, loaded from the network when a page opens;
-offline, they show as TeX.</p>
+<p class="muted">{html.escape(built)} Formulas are MathML, which the browser typesets itself: the pages need no
+network.</p>
 </body></html>
 """
 
@@ -149,7 +153,8 @@ offline, they show as TeX.</p>
 def _stale(lesson: Path, page: Path) -> bool:
     if not page.exists():
         return True
-    inputs = [lesson, Path(__file__), *(ROOT / "trainkit").rglob("*.py"), *(ROOT / "trainkit").rglob("*.json")]
+    inputs = [lesson, Path(__file__), ROOT / "autograder" / "feedback.py",  # feedback.py: its MathMLExporter
+              *(ROOT / "trainkit").rglob("*.py"), *(ROOT / "trainkit").rglob("*.json")]
     return page.stat().st_mtime < max(p.stat().st_mtime for p in inputs)
 
 
@@ -194,8 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "site")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--force", action="store_true", help="execute every lesson again")
-    parser.add_argument("--mathjax-url", default="", help="MathJax 2 script to load instead of the CDN's "
-                        "(e.g. a copy published next to the site, as a relative URL)")
+    parser.add_argument("--mathjax-url", default="", help="also load this MathJax 2 script, to typeset any formula "
+                        "the MathML converter left as TeX (e.g. a copy published next to the site, as a relative URL)")
     args = parser.parse_args(argv)
     lessons = args.lessons or sorted((ROOT / "lessons").glob("*_lesson.ipynb"))
     build([p.resolve() for p in lessons], args.out, jobs=args.jobs, force=args.force, mathjax_url=args.mathjax_url)

@@ -1,13 +1,13 @@
 """`make student-edition` (instructor): the course as students get it, ready to publish as its own repository.
 
-    python -m autograder.edition                         # into build/student-edition/
-    python -m autograder.edition --out DIR --archive     # and DIR.tar.gz next to it
+    python -m publish.edition                         # into build/student-edition/
+    python -m publish.edition --out DIR --archive     # and DIR.tar.gz next to it
 
 What goes in: the lessons, the generated labs (labs/, exactly as committed), the helper package (trainkit/),
-the check helpers the labs import (autograder/checks.py and any other autograder module a lab or lesson
-imports), a student README, Makefile and .gitignore (templates in edition/), and pyproject.toml and
-environment.yml with the course's own pins. Nothing else: no solutions/, no hidden tests, no bug catalogue,
-no grading tooling, no tests/, no gradebook or nbgrader configuration. The builder lists what it copies
+the check helpers' old name (autograder/checks.py, an alias of trainkit/checks.py kept for one term), a student
+README, Makefile and .gitignore (templates in publish/student_edition/), and pyproject.toml and environment.yml
+with the course's own pins. Nothing else: no solutions/, no hidden tests, no bug catalogue, no grading tooling, no
+tests/, no gradebook or nbgrader configuration. The builder lists what it copies
 (never "everything except"), and refuses to finish if any written file holds nbgrader's solution or
 hidden-test markers, or if a lab imports an instructor-only module.
 
@@ -28,12 +28,12 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TEMPLATES = ROOT / "edition"
+TEMPLATES = ROOT / "publish" / "student_edition"
 MARKER = ".student-edition"
-# autograder modules that only the instructor side may have (grading, sandbox, tamper guard, tooling); the whole of
-# autograder/unseen/ (the grader's unseen variants) is never shipped: check_modules finds only autograder/<name>.py.
-INSTRUCTOR_ONLY = {"grade", "sandbox", "guard", "preprocessors", "release", "edition", "notebooks", "jupyterhub",
-                   "cellflow", "prefix_worker", "lending"}
+# The only autograder names a student's notebook may import (deny by default): the old name of the check helpers,
+# now trainkit.checks, an alias kept for one term so that students' own copies of the labs still run. The rest of
+# autograder/ (grading, sandbox, tamper guard, autograder/unseen/) is the instructor's and never ships.
+STUDENT_ALIASES = ("checks",)
 # Text that must never reach a student: nbgrader's markers around reference answers and hidden tests.
 FORBIDDEN = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 
@@ -76,23 +76,17 @@ def _autograder_imports(source: str) -> set[str]:
 
 
 def check_modules(root: Path = ROOT) -> list[str]:
-    """The autograder modules the students' notebooks need, with what those modules import in turn."""
+    """The autograder modules the edition ships: the aliases of STUDENT_ALIASES; a lesson or lab that imports any
+    other autograder module stops the build."""
     need: set[str] = set()
     for nb in [*root.glob("lessons/*.ipynb"), *root.glob("labs/*/*.ipynb")]:
         for source in _code_cells(nb):
             need |= _autograder_imports(source)
-    todo, done = sorted(need), set()
-    while todo:
-        name = todo.pop()
-        if name in done:
-            continue
-        done.add(name)
-        path = root / "autograder" / f"{name}.py"
-        if name in INSTRUCTOR_ONLY or not path.is_file():
-            raise SystemExit(f"student edition: a lesson or lab imports autograder.{name}, which is instructor-only "
-                             f"or missing; student notebooks may import only check helpers")
-        todo += sorted(_autograder_imports(path.read_text()) - done)
-    return sorted(done)
+    refused = sorted(need - set(STUDENT_ALIASES))
+    if refused:
+        raise SystemExit(f"student edition: a lesson or lab imports autograder.{refused[0]}, which is instructor-only; "
+                         f"student notebooks import trainkit (the check helpers are trainkit.checks)")
+    return sorted(STUDENT_ALIASES)
 
 
 def _toml_value(value) -> str:
@@ -123,6 +117,8 @@ def student_pyproject(root: Path = ROOT) -> str:
     project = tomllib.loads((root / "pyproject.toml").read_text())
     proj = project["project"]
     package_data = project.get("tool", {}).get("setuptools", {}).get("package-data", {})
+    # the course's packages that ship: trainkit and its subpackages, and autograder (which ships only its aliases)
+    packages = [pkg for pkg in project["tool"]["setuptools"]["packages"] if pkg.split(".")[0] in ("trainkit", "autograder")]
     lines = [
         "# The course's exact pins (the same as the instructor's and the grader's): every student runs the same stack.",
         "[build-system]",
@@ -140,7 +136,7 @@ def student_pyproject(root: Path = ROOT) -> str:
         "]",
         "",
         "[tool.setuptools]",
-        'packages = ["trainkit", "trainkit.answers", "autograder"]',
+        "packages = [" + ", ".join(_toml_value(pkg) for pkg in packages) + "]",
     ]
     data = {pkg: globs for pkg, globs in package_data.items() if pkg.split(".")[0] in ("trainkit", "autograder")}
     if data:
@@ -317,7 +313,7 @@ def build(out: Path | str, root: Path = ROOT, archive: bool = False, refuse_leak
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.edition", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m publish.edition", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(ROOT / "build" / "student-edition"),
                         help="folder to write (default: build/student-edition); .git in it is kept")
     parser.add_argument("--archive", action="store_true", help="also write OUT.tar.gz")

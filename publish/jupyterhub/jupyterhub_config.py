@@ -1,4 +1,4 @@
-"""JupyterHub for the course on one Linux server: what `make hub` starts (autograder/hub.py writes the settings).
+"""JupyterHub for the course on one Linux server: what `make hub` starts (publish/hub.py writes the settings).
 
     sudo make hub STUDENTS="ann bob" INSTRUCTORS="cy"
 

@@ -1,7 +1,7 @@
 """`make labs` (instructor): regenerate labs/ from solutions/, but never over a notebook a person changed.
 
-    python -m autograder.release            # check, then nbgrader generate_assignment "*" --force
-    python -m autograder.release --force    # overwrite hand edits too (`make labs FORCE=1`)
+    python -m publish.release            # check, then nbgrader generate_assignment "*" --force
+    python -m publish.release --force    # overwrite hand edits too (`make labs FORCE=1`)
 
 labs/ is nbgrader's release folder: generated, never edited by hand. Before regenerating, every file
 under labs/ must be one of: unchanged since the last commit (git), exactly what the last `make labs`
@@ -113,7 +113,7 @@ labs/ is generated from solutions/ and every `make labs` rewrites it.
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.release", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m publish.release", description=__doc__.split("\n\n")[0])
     parser.add_argument("--course-dir", default=".", help="the course folder (default: the current one)")
     parser.add_argument("--force", action="store_true", help="overwrite hand-edited files in labs/ too")
     args = parser.parse_args(argv)

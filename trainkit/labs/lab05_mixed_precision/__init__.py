@@ -1,0 +1,1 @@
+"""Lab 5, mixed precision: what its exercises run on (see the modules of this folder)."""

@@ -1,0 +1,1 @@
+"""Lab 6, the debugging protocol: what its exercises run on (see the modules of this folder)."""

@@ -1,0 +1,1 @@
+"""Lab 7, monitoring and reproducibility: what its exercises run on (see the modules of this folder)."""
