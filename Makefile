@@ -16,7 +16,7 @@ PORT ?= 8888
 # Jupyter refuses to run as root unless told to (containers and CI machines often are root).
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: hub lab test test-notebooks test-portability test-gpu gpu-wheels labs grade install normalize clean-grading help my-work reset-lab exercises validate student-edition site check-pythons
+.PHONY: hub lab test lint test-notebooks test-portability test-gpu gpu-wheels labs grade install normalize clean-grading help my-work reset-lab exercises validate student-edition site check-pythons
 
 help:
 	@echo "For students (work in my-work/, never in labs/):"
@@ -27,7 +27,8 @@ help:
 	@echo "make my-work  copy any new lab into my-work/ without starting JupyterLab (make lab does it too)"
 	@echo "make install   build .venv from the pins in pyproject.toml (the other targets do it when needed)"
 	@echo "For instructors and maintainers (students never need these; they act on the whole course):"
-	@echo "make test   run the whole test suite (notebooks, autograder proofs, packaging)"
+	@echo "make test   run the whole test suite (lint, notebooks, autograder proofs, packaging)"
+	@echo "make lint   ruff on the Python sources (part of make test)"
 	@echo "make test-portability  run every notebook under other CPU kernel paths (KERNEL_PATHS=\"default avx avx2\"), as other CPUs compute"
 	@echo "make test-notebooks KERNEL_PATH=default  run every notebook once, on one kernel path (empty: this CPU's own)"
 	@echo "make labs   regenerate labs/ from solutions/; stops, overwriting nothing, if a file in labs/ was edited by hand (FORCE=1 overwrites)"
@@ -85,9 +86,13 @@ lab: my-work
 # The solution notebooks run under nbgrader itself there (tests/test_autograder.py: full marks outside one planted bug,
 # and no cell it cannot reach fails), so nbval runs the lessons; `make test-notebooks` runs both (CI: on another
 # kernel path), every cell of every solution included.
-test: install
+test: install lint
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup --nbval-lax --nbval-current-env \
 	  --nbval-cell-timeout=600 tests lessons
+
+# The Python sources under ruff (pyproject.toml: [tool.ruff]); part of make test.
+lint: install
+	$(BIN)/ruff check --quiet .
 
 # The lesson and solution notebooks alone, on the kernel path KERNEL_PATH (one of KERNEL_PATHS below; empty: this
 # machine's own). A chaotic training run's digits differ from one CPU to another, so no notebook may assert them.

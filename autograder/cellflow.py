@@ -20,19 +20,26 @@ def _stored(node):
     """Every name a node may bind in the scope it runs in (not inside nested functions, but their own names)."""
     out = set()
     def visit(n):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)): out.add(n.id)
-        elif isinstance(n, ast.alias): out.add((n.asname or n.name).split('.')[0])
-        elif isinstance(n, ast.ExceptHandler) and n.name: out.add(n.name)
-        elif isinstance(n, ast.Global): out.update(n.names)
+        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            out.add(n.id)
+        elif isinstance(n, ast.alias):
+            out.add((n.asname or n.name).split('.')[0])
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            out.add(n.name)
+        elif isinstance(n, ast.Global):
+            out.update(n.names)
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             out.add(n.name)
             for sub in ast.walk(n):
-                if isinstance(sub, ast.Global): out.update(sub.names)
-            for d in n.decorator_list: visit(d)
+                if isinstance(sub, ast.Global):
+                    out.update(sub.names)
+            for d in n.decorator_list:
+                visit(d)
             return
         if isinstance(n, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
             return
-        for child in ast.iter_child_nodes(n): visit(child)
+        for child in ast.iter_child_nodes(n):
+            visit(child)
     visit(node)
     return out
 
@@ -54,16 +61,20 @@ def _loads(node, local):
                 visit(b, ((local | inner) - globs) | {'__class__'})
             return
         if isinstance(n, ast.ClassDef):
-            for d in n.decorator_list + n.bases + [k.value for k in n.keywords]: visit(d, local)
-            for b in n.body: visit(b, local)
+            for d in n.decorator_list + n.bases + [k.value for k in n.keywords]:
+                visit(d, local)
+            for b in n.body:
+                visit(b, local)
             return
         if isinstance(n, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
             targets = set().union(*[_stored(g.target) for g in n.generators])
-            for child in ast.iter_child_nodes(n): visit(child, local | targets)
+            for child in ast.iter_child_nodes(n):
+                visit(child, local | targets)
             return
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in local:
             out.add(n.id)
-        for child in ast.iter_child_nodes(n): visit(child, local)
+        for child in ast.iter_child_nodes(n):
+            visit(child, local)
     visit(node, set(local))
     return out
 

@@ -109,7 +109,7 @@ def tex_to_mathml(tex: str, display: bool = False) -> str | None:
     try:
         mathml = _latex2mathml(tex.strip(), display="block" if display else "inline")
         root = ET.fromstring(mathml)
-    except Exception:  # latex2mathml's own errors and whatever else a malformed formula makes it raise
+    except Exception:  # noqa: BLE001 -- latex2mathml's own errors and whatever else a malformed formula makes it raise
         return None
     for el in root.iter():
         if el.tag.rpartition("}")[2] not in MATHML_TAGS or UNKNOWN_COMMAND.match(el.text or ""):

@@ -81,7 +81,7 @@ def snapshot() -> None:
     for name in MODULES:
         try:
             module = importlib.import_module(name)
-        except Exception:
+        except Exception:   # noqa: BLE001 -- a module that does not import here is not watched
             continue
         attrs = dict(vars(module))
         _saved["module", name] = (module, attrs)
@@ -91,7 +91,7 @@ def snapshot() -> None:
     for module_name, cls_name in CLASSES:
         try:
             cls = getattr(importlib.import_module(module_name), cls_name)
-        except Exception:
+        except Exception:   # noqa: BLE001 -- a class that is not there is not watched
             continue
         attrs = dict(vars(cls))
         _saved["class", f"{module_name}.{cls_name}"] = (cls, attrs)

@@ -237,7 +237,7 @@ class PrefixGrader:
                 self._conn.send(None)
                 self._conn.close()
                 self._proc.wait(timeout=30)
-            except Exception:
+            except Exception:   # noqa: BLE001 -- a worker that does not close cleanly is killed
                 self._proc.kill()
                 self._proc.wait()
             self._proc = self._conn = None

@@ -83,7 +83,7 @@ def execute(path: str, timeout: int = 900) -> dict:
     try:
         NotebookClient(nb, timeout=timeout, kernel_name="python3",
                        resources={"metadata": {"path": str(Path(path).parent)}}).execute()
-    except Exception as exc:
+    except Exception as exc:   # noqa: BLE001 -- re-raised with the notebook's name
         raise RuntimeError(f"{Path(path).name} failed: {type(exc).__name__}: {exc}") from None
     # No widget state in the page: widget outputs fall back to their static forms (a self-check's HTML reveal;
     # to_html drops those with none, such as tqdm's bars), so the page needs no widget JavaScript from a CDN.

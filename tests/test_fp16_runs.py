@@ -61,7 +61,9 @@ def test_unseen_variants_are_new_and_cover_every_kind():
     for spec in fp16_check.UNSEEN_SPECS:
         assert tuple(sorted((k, v) for k, v in spec.items() if k != "seed")) not in visible, spec
     assert not {s["seed"] for s in fr.VISIBLE_SPECS} & {s["seed"] for s in fp16_check.UNSEEN_SPECS}
-    kinds = lambda specs: set().union(*(_kinds(s) for s in specs))
+    def kinds(specs):
+        return set().union(*(_kinds(s) for s in specs))
+
     assert kinds(fr.VISIBLE_SPECS) == kinds(fp16_check.UNSEEN_SPECS) == {"clean", "tiny_loss", "big_loss", "stem",
                                                                         "norm", "units"}
     assert len(fr.load_visible_variants()) == 10 and len(fp16_check.load_unseen()) == 14

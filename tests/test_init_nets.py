@@ -49,7 +49,9 @@ def test_the_spec_states_the_bands_and_the_run():
 
 
 def test_the_unseen_networks_are_other_networks_with_other_activations():
-    key = lambda spec: tuple(sorted(spec.items()))
+    def key(spec):
+        return tuple(sorted(spec.items()))
+
     assert not {key(s) for s in HIDDEN_NETS} & {key(s) for s in VISIBLE_NETS}
     assert {s["activation"] for s in VISIBLE_NETS} == VISIBLE_ACTIVATIONS
     unseen = {s["activation"] for s in HIDDEN_NETS} - VISIBLE_ACTIVATIONS

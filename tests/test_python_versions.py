@@ -56,7 +56,7 @@ def _reachable(url: str) -> str | None:
         with urllib.request.urlopen(url.rstrip("/") + "/pip/", timeout=10) as reply:
             reply.read(1)
         return None
-    except Exception as exc:  # offline, DNS, proxy, TLS: any of these means "cannot check here"
+    except Exception as exc:  # noqa: BLE001 -- offline, DNS, proxy, TLS: any of these means "cannot check here"
         return f"{type(exc).__name__}: {exc}"
 
 

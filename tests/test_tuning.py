@@ -112,7 +112,9 @@ def test_grading_says_why_a_pair_missed():
 
 
 def test_the_hidden_tasks_are_other_tasks_whose_best_learning_rates_spread_over_decades():
-    strip = lambda spec: {k: v for k, v in spec.items() if k not in ("name", "bar", "best", "floor", "best_lr")}
+    def strip(spec):
+        return {k: v for k, v in spec.items() if k not in ("name", "bar", "best", "floor", "best_lr")}
+
     visible = [strip(s) for s in VISIBLE]
     assert all(strip(s) not in visible for s in HIDDEN)
     assert {s["name"] for s in HIDDEN}.isdisjoint(s["name"] for s in VISIBLE)

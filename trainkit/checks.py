@@ -59,7 +59,7 @@ def expect_raises(exc_type: type[BaseException], fn: Callable[[], object], what:
         fn()
     except exc_type:
         return
-    except Exception as exc:  # wrong type: say which
+    except Exception as exc:  # noqa: BLE001 -- wrong type: say which
         raise AssertionError(f"{what}: expected {exc_type.__name__}, got {type(exc).__name__}: {exc}") from None
     raise AssertionError(f"{what}: expected {exc_type.__name__}, but nothing was raised.")
 

@@ -214,7 +214,7 @@ class Choice(Question):
         return self._label(decode(self._answer))
 
     def _widget_input(self, widgets):
-        return widgets.RadioButtons(options=[(self._label(l), l) for l in self.letters], value=None,
+        return widgets.RadioButtons(options=[(self._label(letter), letter) for letter in self.letters], value=None,
                                     layout=widgets.Layout(width="max-content"))
 
 
