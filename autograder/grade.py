@@ -97,8 +97,7 @@ def nbgrader_api(root: Path, **overrides):
 
 def nbgrader_in_process(root: Path, method: str, *args, log: Path, **overrides) -> bool:
     """``nbgrader_api(root, **overrides).<method>(*args)``, its log written to ``log``; did it succeed?"""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")    # nbgrader's own SQLAlchemy autoflush warnings
+    with nbgrader_quiet():
         result = getattr(nbgrader_api(root, **overrides), method)(*args)
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(f"[{method} {' '.join(map(str, args))}]\n{result.get('log', '')}\n{result.get('error', '')}",
@@ -145,12 +144,10 @@ def make_template(course: Path, assignment: str, batch: Path, logs: Path) -> Pat
 
 def _copy_due_date(course: Path, template: Path, assignment: str) -> None:
     """Late penalties are computed in the scratch gradebook: it needs the instructor's due date."""
-    from nbgrader.api import Gradebook
-
-    with Gradebook(db_url(course)) as gb:
+    with gradebook(course) as gb:
         duedate = gb.find_assignment(assignment).duedate
     if duedate is not None:
-        with Gradebook(db_url(template)) as gb:
+        with gradebook(template) as gb:
             gb.update_or_create_assignment(assignment, duedate=duedate)
 
 
@@ -162,6 +159,24 @@ def db_url(course: Path) -> str:
 
     config = PyFileConfigLoader(CONFIG, path=str(course)).load_config()
     return config.CourseDirectory.get("db_url") or f"sqlite:///{course / 'gradebook.db'}"
+
+
+@contextmanager
+def nbgrader_quiet():
+    """nbgrader's own SQLAlchemy autoflush warnings (harmless, and not ours to fix) silenced for one block: the one
+    place this is done."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+@contextmanager
+def gradebook(course: Path):
+    """The gradebook of the course folder ``course`` (db_url), opened with nbgrader's own warnings silenced."""
+    from nbgrader.api import Gradebook
+
+    with nbgrader_quiet(), Gradebook(db_url(course)) as gb:
+        yield gb
 
 
 # Appended to each scratch copy's nbgrader_config.py: its own SQLite gradebook, whatever the course's db_url says.
@@ -238,8 +253,7 @@ def grade_one(course: Path, template: Path, batch: Path, key: str, student: str,
     previous = signal.signal(signal.SIGALRM, stop)
     signal.alarm(wall_timeout)
     try:
-        with warnings.catch_warnings(), sandbox.disk_watch(sandbox.writable_paths(scratch), limits.disk_mb * 2**20) as disk:
-            warnings.simplefilter("ignore")    # nbgrader's own SQLAlchemy autoflush warnings
+        with nbgrader_quiet(), sandbox.disk_watch(sandbox.writable_paths(scratch), limits.disk_mb * 2**20) as disk:
             answer = nbgrader_api(scratch, **overrides).autograde(assignment, student, force=True, create=True)
         out = f"{answer.get('log', '')}\n{answer.get('error', '')}"
         ok = bool(answer.get("success"))
@@ -321,8 +335,7 @@ def export_grades(course: Path, csv: Path, log: Path) -> bool:
         api = nbgrader_api(course, **{"ExportPlugin.to": str(csv)})
         plugin_class = api.config.ExportApp.get("plugin_class", ExportApp.class_traits()["plugin_class"].default_value)
         plugin = (import_item(plugin_class) if isinstance(plugin_class, str) else plugin_class)(config=api.config)
-        with warnings.catch_warnings(), Gradebook(api.coursedir.db_url, api.coursedir.course_id) as gb:
-            warnings.simplefilter("ignore")    # nbgrader's own SQLAlchemy warnings
+        with nbgrader_quiet(), Gradebook(api.coursedir.db_url, api.coursedir.course_id) as gb:
             plugin.export(gb)
     except Exception as exc:   # noqa: BLE001 -- reported as a warning; the grades are in the gradebook either way
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -385,9 +398,9 @@ def graders_fault(log_text: str) -> str:
 
 
 def _read_results(result: Result) -> None:
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import MissingEntry
 
-    with Gradebook(db_url(result.scratch)) as gb:
+    with gradebook(result.scratch) as gb:
         try:
             sub = gb.find_submission(result.assignment, result.student)
         except MissingEntry:
@@ -407,9 +420,7 @@ def _read_results(result: Result) -> None:
 # ---------------------------------------------------------------------------------------------------
 def merge(course: Path, result: Result) -> None:
     """Record one graded submission in the course: gradebook rows, autograded notebooks."""
-    with warnings.catch_warnings():
-        # nbgrader's update_or_create_submission trips SQLAlchemy autoflush warnings (harmless, its own).
-        warnings.simplefilter("ignore")
+    with nbgrader_quiet():     # update_or_create_submission trips them
         _merge(course, result)
 
 
@@ -445,9 +456,7 @@ def copy_graded(src: Path, dest: Path, notebooks: set[str], grader_files: list[s
 
 
 def _record_grades(course: Path, result: Result, unchanged: set[tuple[str, str]]) -> None:
-    from nbgrader.api import Gradebook
-
-    with Gradebook(db_url(course)) as gb:
+    with gradebook(course) as gb:
         gb.update_or_create_student(result.student)
         sub = gb.update_or_create_submission(result.assignment, result.student, timestamp=result.timestamp)
         for nb in sub.notebooks:
@@ -493,10 +502,7 @@ def _manual_cells(path: Path) -> dict[str, str]:
 
 def record_failure(course: Path, student: str, assignment: str) -> None:
     """A submission nbgrader could not grade at all: 0 in the gradebook (not a stale old score)."""
-    from nbgrader.api import Gradebook
-
-    with warnings.catch_warnings(), Gradebook(db_url(course)) as gb:
-        warnings.simplefilter("ignore")  # nbgrader's own SQLAlchemy autoflush warnings
+    with gradebook(course) as gb:
         gb.update_or_create_student(student)
         sub = gb.update_or_create_submission(assignment, student)
         for nb in sub.notebooks:
@@ -507,9 +513,9 @@ def record_failure(course: Path, student: str, assignment: str) -> None:
 
 def scores(course: Path, student: str, assignment: str) -> tuple[float, float, bool]:
     """(autograded score, autogradable max, needs manual grading) from the gradebook."""
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import MissingEntry
 
-    with Gradebook(db_url(course)) as gb:
+    with gradebook(course) as gb:
         try:
             sub = gb.find_submission(assignment, student)
         except MissingEntry:
@@ -522,9 +528,9 @@ def scores(course: Path, student: str, assignment: str) -> tuple[float, float, b
 def written_column(course: Path, student: str, assignment: str) -> str:
     """The table's "written" column: the points still awaiting manual grading ("pending 2"), else the manual
     score ("1.5 / 2"), or "-" when the assignment has nothing graded by hand."""
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import MissingEntry
 
-    with Gradebook(db_url(course)) as gb:
+    with gradebook(course) as gb:
         try:
             sub = gb.find_submission(assignment, student)
         except MissingEntry:

@@ -28,8 +28,11 @@ MODULES = (
     "torch.nn.functional", "torch.nn.init", "torch.nn.utils", "torch.nn.utils.clip_grad", "torch.optim",
     "torch.optim.lr_scheduler", "torch.amp", "torch.amp.grad_scaler", "torch.linalg", "torch.testing",
     "lion_pytorch", "trainkit.checks", "trainkit", "trainkit.models", "trainkit.data",
-    "trainkit.gpt", "trainkit.corpus", "trainkit.runlog", "trainkit.train", "trainkit.train_config",
-    "trainkit.checkpoint", "trainkit.digits",
+    "trainkit.corpus", "trainkit.runlog", "trainkit.digits", "trainkit.train",
+    # the capstone, step by step (trainkit.gpt, .train_config and .checkpoint are aliases of three of these)
+    "trainkit.capstone.trainer", "trainkit.capstone.checkpoint", "trainkit.capstone.config", "trainkit.capstone.gpt",
+    "trainkit.capstone.data", "trainkit.capstone.distributed", "trainkit.capstone.manifest",
+    "trainkit.capstone.memory", "trainkit.capstone.precision", "trainkit.capstone.signals",
     # each lab's material (trainkit/labs/): the judgement exercises' visible variants among it; the grader's unseen
     # ones are not watched: they are lent afresh to each test cell that loads them (autograder.lending), so nothing a
     # solution cell did can have touched them
@@ -49,7 +52,7 @@ CLASSES = (
     ("torch.optim.lr_scheduler", "LRScheduler"), ("torch.optim.lr_scheduler", "LambdaLR"),
     ("torch.amp", "GradScaler"), ("lion_pytorch", "Lion"), ("numpy", "ndarray"),
     ("trainkit.train", "Trainer"), ("trainkit.train", "TrainConfig"), ("trainkit.runlog", "RunLogger"),
-    ("trainkit.gpt", "GPT"), ("trainkit.corpus", "TokenData"),
+    ("trainkit.capstone.gpt", "GPT"), ("trainkit.corpus", "TokenData"),
     ("trainkit.labs.lab01_signal_propagation.init_nets", "Residual"),
     ("IPython.core.interactiveshell", "InteractiveShell"), ("ipykernel.zmqshell", "ZMQInteractiveShell"),
 )

@@ -281,7 +281,7 @@ def part_capstone(clock: Clock, config: str = "gpu", extra: tuple[str, ...] = ()
     except Exception as e:  # noqa: BLE001 -- the end-to-end figure still stands
         numbers["tokens_per_s_error"] = f"{type(e).__name__}: {e}"
     from train_throughput import PEAKS, flops_per_token, peak_flops
-    from trainkit.gpt import GPTConfig
+    from trainkit.capstone.gpt import GPTConfig
 
     model = GPTConfig(**cfg["model"])
     fpt = flops_per_token(model, manifest["params"])

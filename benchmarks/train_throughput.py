@@ -47,7 +47,7 @@ import torch  # noqa: E402
 
 from trainkit.corpus import TokenData  # noqa: E402
 from trainkit.device import pick_device  # noqa: E402
-from trainkit.gpt import GPTConfig  # noqa: E402
+from trainkit.capstone.gpt import GPTConfig  # noqa: E402
 from trainkit.precision import fp32_matmul_precision, use_tf32  # noqa: E402
 from trainkit.train import TrainConfig  # noqa: E402
 
@@ -125,7 +125,7 @@ def measure(rows: list[dict], steps: int, warmup: int, device, chunk: int = 3) -
 def baseline(precision: str, compile_: bool, device, size: str = "tiny", steps: int = 0,
              model_kind: str = "gpt2") -> dict:
     """A minimal standard GPT training step (see the module doc); returns a row with its step function."""
-    from trainkit.gpt import GPT
+    from trainkit.capstone.gpt import GPT
     from trainkit.models import GPTConfig as BaseConfig, TinyGPT
 
     torch.manual_seed(0)

@@ -13,7 +13,6 @@ source): the command stops, names the files and says how to proceed, and overwri
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -22,22 +21,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-RELEASE = "labs"
+from trainkit import workspace
+from trainkit.workspace import sha256
+
+RELEASE = workspace.RELEASED   # labs/: what students copy (trainkit.workspace)
 SOURCE = "solutions"
 RECORD = ".labs_generated.json"
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def released_files(course: Path) -> list[Path]:
-    """Every file under labs/, relative to the course folder (hidden folders skipped)."""
-    base = course / RELEASE
-    if not base.is_dir():
-        return []
-    return sorted(p.relative_to(course) for p in base.rglob("*")
-                  if p.is_file() and not any(part.startswith(".") for part in p.relative_to(base).parts))
+    """Every file under labs/, relative to the course folder (hidden folders skipped): the files students copy."""
+    return [Path(RELEASE) / rel for rel in workspace.released_files(course)]
 
 
 def _git_changed(course: Path) -> set[Path] | None:
@@ -79,7 +73,7 @@ def hand_edited(course: Path | str) -> list[Path]:
     changed = _git_changed(course)
     record = _record(course)
     suspects = [rel for rel in released_files(course)
-                if (changed is None or rel in changed) and record.get(rel.as_posix()) != _sha256(course / rel)]
+                if (changed is None or rel in changed) and record.get(rel.as_posix()) != sha256(course / rel)]
     if not suspects:
         return []
     # Last check: is it simply what solutions/ generates now? Generate those assignments in a scratch copy.
@@ -126,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     proc = _generate(course, "*", capture=False)
     if proc.returncode != 0:
         return proc.returncode
-    (course / RECORD).write_text(json.dumps({rel.as_posix(): _sha256(course / rel)
+    (course / RECORD).write_text(json.dumps({rel.as_posix(): sha256(course / rel)
                                              for rel in released_files(course)}, indent=1) + "\n")
     return 0
 

@@ -26,7 +26,7 @@ import autograder
 from autograder import challenge_check, lending
 from autograder import notebooks as nbu
 from trainkit.labs.lab08_infra_lab import challenge
-from trainkit.gpt import GPT, GPTConfig
+from trainkit.capstone.gpt import GPT, GPTConfig
 from trainkit.train import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -320,7 +320,8 @@ def test_no_legacy_tf32_api_in_course_code():
                 LEGACY_TF32 or isinstance(n, ast.alias) and n.name in LEGACY_TF32]
 
     found = []
-    for path in sorted([*ROOT.glob("trainkit/*.py"), *ROOT.glob("autograder/**/*.py"), *ROOT.glob("benchmarks/*.py")]):
+    for path in sorted([*ROOT.glob("trainkit/**/*.py"), *ROOT.glob("autograder/**/*.py"), *ROOT.glob("publish/*.py"),
+                        *ROOT.glob("benchmarks/*.py")]):
         found += [f"{path.relative_to(ROOT)}:{line}" for line in legacy_uses(path.read_text())]
     for path in sorted([*ROOT.glob("lessons/*.ipynb"), *ROOT.glob("solutions/*/*.ipynb")]):
         for i, cell in enumerate(json.loads(path.read_text())["cells"]):

@@ -597,13 +597,13 @@ def test_a_model_beyond_the_address_space_limit_is_refused_at_once(tmp_path):
 
 def test_out_of_memory_while_building_says_something_after_the_colon(tmp_path, capsys, monkeypatch):
     """A MemoryError usually carries no message: the line names it instead of ending at the colon."""
-    import trainkit.train as train_module
+    import trainkit.capstone.trainer as trainer_module   # the module whose names the Trainer looks up
 
     def no_memory(cfg):
         raise MemoryError()
 
-    monkeypatch.setattr(train_module, "GPT", no_memory)
-    monkeypatch.setattr(train_module, "_check_model_fits", lambda cfg, device: "about 1 GB to train")
+    monkeypatch.setattr(trainer_module, "GPT", no_memory)
+    monkeypatch.setattr(trainer_module, "check_model_fits", lambda cfg, device: "about 1 GB to train")
     config = tmp_path / "c.json"
     config.write_text(json.dumps(micro(tmp_path / "run").to_dict()))
     line = one_error_line(capsys, 2, ["--config", str(config)])
@@ -728,15 +728,15 @@ def test_a_second_signal_between_writes_says_what_latest_holds(tmp_path, straigh
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_before_training_starts_is_one_line(tmp_path, signum, capsys, monkeypatch):
     """Ctrl-C while the data load (a KeyboardInterrupt traceback before), SIGTERM there (a silent death before)."""
-    import trainkit.train as train_module
+    import trainkit.capstone.trainer as trainer_module   # the module whose names the Trainer looks up
 
-    real_load = train_module.load_data
+    real_load = trainer_module.load_data
 
     def load_then_signal(cfg):
         os.kill(os.getpid(), signum)
         return real_load(cfg)
 
-    monkeypatch.setattr(train_module, "load_data", load_then_signal)
+    monkeypatch.setattr(trainer_module, "load_data", load_then_signal)
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     config = tmp_path / "c.json"
     config.write_text(json.dumps(micro(tmp_path / "run").to_dict()))

@@ -27,11 +27,12 @@ BACKUPS = "backups"
 RECORD = ".released.json"  # in my-work/: the hash of each released file when it was copied
 
 
-def _sha256(path: Path) -> str:
+def sha256(path: Path) -> str:
+    """A file's hash, as the records of released files hold it (here and in publish/release.py)."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _released_files(root: Path) -> list[Path]:
+def released_files(root: Path) -> list[Path]:
     """Every file of every released lab, relative to labs/ (hidden folders such as checkpoints skipped)."""
     labs = root / RELEASED
     if not labs.is_dir():
@@ -67,19 +68,19 @@ def sync(root: Path | str = ".", out=None) -> list[Path]:
     root = Path(root)
     record = _read_record(root)
     made, updated = [], []
-    for rel in _released_files(root):
+    for rel in released_files(root):
         src, dst = root / RELEASED / rel, root / WORK / rel
         key = rel.as_posix()
         if dst.exists():
-            if key in record and record[key] != _sha256(src):
+            if key in record and record[key] != sha256(src):
                 updated.append(rel)
             continue
         _copy_new(src, dst)
-        record[key] = _sha256(src)
+        record[key] = sha256(src)
         made.append(Path(WORK) / rel)
     if made:
         _write_record(root, record)
-    n_labs = len({rel.parts[0] for rel in _released_files(root)})
+    n_labs = len({rel.parts[0] for rel in released_files(root)})
     for path in made:
         print(f"new copy: {path.as_posix()}", file=out or sys.stdout)
     for rel in updated:
@@ -128,7 +129,7 @@ def reset(root: Path | str, lab: str, exercise: str | None = None, out=None) -> 
         if exercise is not None:
             raise SystemExit(f"you have no copy of {lab} yet: `make lab` makes one")
         _copy_new(src, dst)
-        record[rel.as_posix()] = _sha256(src)
+        record[rel.as_posix()] = sha256(src)
         _write_record(root, record)
         print(f"new copy: {dst.relative_to(root).as_posix()}", file=out or sys.stdout)
         return dst.relative_to(root)
@@ -152,7 +153,7 @@ def reset(root: Path | str, lab: str, exercise: str | None = None, out=None) -> 
     dst.rename(backup)
     if exercise is None:
         _copy_new(src, dst)
-        record[rel.as_posix()] = _sha256(src)
+        record[rel.as_posix()] = sha256(src)
         _write_record(root, record)
         print(f"{dst.relative_to(root).as_posix()}: fresh copy of {RELEASED}/{rel.as_posix()}", file=out or sys.stdout)
     else:

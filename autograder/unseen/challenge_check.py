@@ -121,7 +121,7 @@ def verify(path: Path, seed: int | None = None) -> dict:
     import torch
 
     from trainkit.labs.lab08_infra_lab import challenge
-    from trainkit.gpt import GPT, GPTConfig
+    from trainkit.capstone.gpt import GPT, GPTConfig
 
     if not path.is_file():
         return {"status": "no run saved (the entry did not run to the end with the grader's seed)"}

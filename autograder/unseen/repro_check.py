@@ -33,28 +33,29 @@ from pathlib import Path
 import torch
 
 from trainkit.labs.lab07_monitoring_reproducibility import repro_runs as rr
-from trainkit.labs.lab07_monitoring_reproducibility.repro_runs import _code, _fine_tune, _masks, _racy, _side
+from trainkit.labs.lab07_monitoring_reproducibility.repro_runs import (
+    code_diff, fine_tune_settings, mask_settings, plant_side, racy_sides)
 
 UNSEEN_FILE = Path(__file__).with_name("repro_unseen.json")
 
 HIDDEN_PLANTS = {
     **rr.PLANTS,
-    ("seed", "seed_and_order"): lambda sp: (_side(), _side({"init_seed": sp["seed"] + 3, "order_seed": sp["seed"] + 3})),
-    ("data_order", "reshuffle_unrecorded"): lambda sp: (_side(), _side({"reshuffle": False}, told={"reshuffle": True})),
-    ("code_change", "commit"): lambda sp: (_side(), _side({"head_gain": 2.0}, git_sha=rr._sha(f"commit {sp['seed']}")[:40])),
-    ("code_change", "clip"): lambda sp: (_side(diff=_code("log grad norm", sp["seed"])),
-                                         _side({"max_norm": 0.3}, diff=_code("clip 0.3", sp["seed"]))),
-    ("reproducible", "other_diffs"): lambda sp: (_side(diff=f"--- a/plots.py\n+++ b/plots.py\n@@ {sp['seed']}"),
-                                                 _side(diff=f"--- a/README.md\n+++ b/README.md\n@@ {sp['seed']}")),
-    ("seed", "dropout_unrecorded"): lambda sp: (_side(_masks(sp, 0), records_seeds=False),
-                                                _side(_masks(sp, 2), records_seeds=False)),
-    ("nondeterministic", "race_two_edits"): lambda sp: _racy(sp, {"race": sp["race"], "eval_race": sp["eval_race"]},
-                                                             diffs=(_code("a docstring", sp["seed"]),
-                                                                    _code("a log line's wording", sp["seed"]))),
-    ("nondeterministic", "eval_race_comment"): lambda sp: _racy(sp, {"eval_race": sp["eval_race"]},
-                                                                diffs=(_code("a comment", sp["seed"]), None)),
-    ("code_change", "head_init_racy_runs"): lambda sp: (_side(deterministic=False),
-                                                        _side({"head_gain": 0.5}, diff=_code("head init x0.5", sp["seed"]),
+    ("seed", "seed_and_order"): lambda sp: (plant_side(), plant_side({"init_seed": sp["seed"] + 3, "order_seed": sp["seed"] + 3})),
+    ("data_order", "reshuffle_unrecorded"): lambda sp: (plant_side(), plant_side({"reshuffle": False}, told={"reshuffle": True})),
+    ("code_change", "commit"): lambda sp: (plant_side(), plant_side({"head_gain": 2.0}, git_sha=rr.text_sha(f"commit {sp['seed']}")[:40])),
+    ("code_change", "clip"): lambda sp: (plant_side(diff=code_diff("log grad norm", sp["seed"])),
+                                         plant_side({"max_norm": 0.3}, diff=code_diff("clip 0.3", sp["seed"]))),
+    ("reproducible", "other_diffs"): lambda sp: (plant_side(diff=f"--- a/plots.py\n+++ b/plots.py\n@@ {sp['seed']}"),
+                                                 plant_side(diff=f"--- a/README.md\n+++ b/README.md\n@@ {sp['seed']}")),
+    ("seed", "dropout_unrecorded"): lambda sp: (plant_side(mask_settings(sp, 0), records_seeds=False),
+                                                plant_side(mask_settings(sp, 2), records_seeds=False)),
+    ("nondeterministic", "race_two_edits"): lambda sp: racy_sides(sp, {"race": sp["race"], "eval_race": sp["eval_race"]},
+                                                             diffs=(code_diff("a docstring", sp["seed"]),
+                                                                    code_diff("a log line's wording", sp["seed"]))),
+    ("nondeterministic", "eval_race_comment"): lambda sp: racy_sides(sp, {"eval_race": sp["eval_race"]},
+                                                                diffs=(code_diff("a comment", sp["seed"]), None)),
+    ("code_change", "head_init_racy_runs"): lambda sp: (plant_side(deterministic=False),
+                                                        plant_side({"head_gain": 0.5}, diff=code_diff("head init x0.5", sp["seed"]),
                                                               deterministic=False)),
 }
 NUMBERS = ("grad_norm", "lr", "train/loss", "val/loss")     # the logged numbers ("batch" is a fingerprint)
@@ -145,10 +146,10 @@ def load_unseen() -> list[rr.Pair]:
 
 HIDDEN_TARGET_KINDS = {
     **rr.TARGET_KINDS,
-    "seed_unrecorded": lambda sp: _side(told={"init_seed": sp["told"]}),
-    "fine_tune_unrecorded": lambda sp: _side(_fine_tune(sp), records_seeds=False),
-    "lr_unrecorded": lambda sp: _side(told={"lr": sp["told"]}),
-    "lr_drop_old": lambda sp: _side({"lr_drop_at": sp["at"]}, diff=_code(f"lr x0.3 from step {sp['at']}", sp["seed"]),
+    "seed_unrecorded": lambda sp: plant_side(told={"init_seed": sp["told"]}),
+    "fine_tune_unrecorded": lambda sp: plant_side(fine_tune_settings(sp), records_seeds=False),
+    "lr_unrecorded": lambda sp: plant_side(told={"lr": sp["told"]}),
+    "lr_drop_old": lambda sp: plant_side({"lr_drop_at": sp["at"]}, diff=code_diff(f"lr x0.3 from step {sp['at']}", sp["seed"]),
                                     records_seeds=False),
 }
 

@@ -281,7 +281,8 @@ def _hex(rng: random.Random, n: int) -> str:
     return "".join(rng.choice("0123456789abcdef") for _ in range(n))
 
 
-def _sha(text: str) -> str:
+def text_sha(text: str) -> str:
+    """A commit-like hash of a text (a planted commit's sha)."""
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -295,7 +296,7 @@ def manifest(settings: dict, rng: random.Random, git_sha: str, diff: str | None 
               "optim": {"name": "adamw", "lr": s["lr"], "weight_decay": s["weight_decay"]},
               "batch_size": s["batch_size"], "steps": s["steps"]}
     if s["mask_seed"] is not None:                  # a fine-tune: the initial weights are a stored checkpoint's
-        config["init_from"] = f"checkpoints/init-{_sha(str(s['init_seed']))[:8]}.pt"
+        config["init_from"] = f"checkpoints/init-{text_sha(str(s['init_seed']))[:8]}.pt"
     if records_seeds:
         config["seed"] = s["init_seed"] if s["mask_seed"] is None else s["mask_seed"]
         config["data"] = {"shuffle_seed": s["order_seed"], "reshuffle_each_epoch": s["reshuffle"]}
@@ -307,9 +308,9 @@ def manifest(settings: dict, rng: random.Random, git_sha: str, diff: str | None 
         "wall_time_s": round(rng.uniform(20, 90), 1),
         "git_sha": git_sha,
         "git_dirty": diff is not None,
-        "git_diff_sha256": None if diff is None else _sha(diff),
+        "git_diff_sha256": None if diff is None else text_sha(diff),
         "config": config,
-        "config_hash": _sha(json.dumps(config, sort_keys=True)),
+        "config_hash": text_sha(json.dumps(config, sort_keys=True)),
         "versions": {"python": "3.12.3", "torch": torch.__version__.split("+")[0], "numpy": np.__version__},
         "deterministic": deterministic,
     }
@@ -319,55 +320,57 @@ def manifest(settings: dict, rng: random.Random, git_sha: str, diff: str | None 
 # A plant turns a spec into the two sides: for each, the settings the run uses and how its manifest is written
 # (manifest()'s keyword arguments, plus "told": settings the pipeline was told instead of what the run used).
 
-def _side(changes=None, told=None, **manifest_kw) -> dict:
+def plant_side(changes=None, told=None, **manifest_kw) -> dict:
+    """One side of a planted pair: the settings it changes, what its pipeline was told, how its manifest is written."""
     return {"changes": changes or {}, "told": told or {}, "manifest": manifest_kw}
 
 
-def _code(what: str, seed: int) -> str:
+def code_diff(what: str, seed: int) -> str:
+    """The uncommitted diff a run's tree holds: an edit of train.py, told apart by ``what`` and ``seed``."""
     return f"--- a/train.py\n+++ b/train.py\n@@ {what} (edit {seed})"
 
 
 PLANTS: dict[tuple[str, str], Callable[[dict], tuple[dict, dict]]] = {
     # nothing differs in what is computed
-    ("reproducible", "same"): lambda sp: (_side(), _side()),
-    ("reproducible", "doc_change"): lambda sp: (_side(), _side(diff=f"--- a/README.md\n+++ b/README.md\n@@ {sp['seed']}")),
-    ("reproducible", "same_diff"): lambda sp: (_side(diff=_code("eval every 5", sp["seed"])),
-                                               _side(diff=_code("eval every 5", sp["seed"]))),
-    ("reproducible", "unflagged"): lambda sp: (_side(deterministic=False), _side(deterministic=False)),
+    ("reproducible", "same"): lambda sp: (plant_side(), plant_side()),
+    ("reproducible", "doc_change"): lambda sp: (plant_side(), plant_side(diff=f"--- a/README.md\n+++ b/README.md\n@@ {sp['seed']}")),
+    ("reproducible", "same_diff"): lambda sp: (plant_side(diff=code_diff("eval every 5", sp["seed"])),
+                                               plant_side(diff=code_diff("eval every 5", sp["seed"]))),
+    ("reproducible", "unflagged"): lambda sp: (plant_side(deterministic=False), plant_side(deterministic=False)),
     # the initial weights
-    ("seed", "recorded"): lambda sp: (_side(), _side({"init_seed": sp["seed"] + 1})),
-    ("seed", "unrecorded"): lambda sp: (_side(), _side({"init_seed": sp["seed"] + 1}, told={"init_seed": sp["seed"]})),
-    ("seed", "old_manifest"): lambda sp: (_side(records_seeds=False),
-                                          _side({"init_seed": sp["seed"] + 1}, records_seeds=False)),
+    ("seed", "recorded"): lambda sp: (plant_side(), plant_side({"init_seed": sp["seed"] + 1})),
+    ("seed", "unrecorded"): lambda sp: (plant_side(), plant_side({"init_seed": sp["seed"] + 1}, told={"init_seed": sp["seed"]})),
+    ("seed", "old_manifest"): lambda sp: (plant_side(records_seeds=False),
+                                          plant_side({"init_seed": sp["seed"] + 1}, records_seeds=False)),
     # a fine-tune from one checkpoint: the seed moves only the dropout masks
-    ("seed", "dropout_only"): lambda sp: (_side(_masks(sp, 0)), _side(_masks(sp, 1))),
+    ("seed", "dropout_only"): lambda sp: (plant_side(mask_settings(sp, 0)), plant_side(mask_settings(sp, 1))),
     # the order of the minibatches
-    ("data_order", "shuffle_seed"): lambda sp: (_side(), _side({"order_seed": sp["seed"] + 1})),
-    ("data_order", "reshuffle"): lambda sp: (_side(), _side({"reshuffle": False})),
-    ("data_order", "unrecorded"): lambda sp: (_side(), _side({"order_seed": sp["seed"] + 1}, told={"order_seed": sp["seed"]})),
+    ("data_order", "shuffle_seed"): lambda sp: (plant_side(), plant_side({"order_seed": sp["seed"] + 1})),
+    ("data_order", "reshuffle"): lambda sp: (plant_side(), plant_side({"reshuffle": False})),
+    ("data_order", "unrecorded"): lambda sp: (plant_side(), plant_side({"order_seed": sp["seed"] + 1}, told={"order_seed": sp["seed"]})),
     # the code
-    ("code_change", "head_init"): lambda sp: (_side(), _side({"head_gain": 0.5}, diff=_code("head init x0.5", sp["seed"]))),
-    ("code_change", "lr_drop"): lambda sp: (_side(), _side({"lr_drop_at": sp["at"]}, diff=_code("lr drop", sp["seed"]))),
-    ("code_change", "adam_eps"): lambda sp: (_side(), _side({"eps": 1e-6}, diff=_code("eps 1e-6", sp["seed"]))),
+    ("code_change", "head_init"): lambda sp: (plant_side(), plant_side({"head_gain": 0.5}, diff=code_diff("head init x0.5", sp["seed"]))),
+    ("code_change", "lr_drop"): lambda sp: (plant_side(), plant_side({"lr_drop_at": sp["at"]}, diff=code_diff("lr drop", sp["seed"]))),
+    ("code_change", "adam_eps"): lambda sp: (plant_side(), plant_side({"eps": 1e-6}, diff=code_diff("eps 1e-6", sp["seed"]))),
     # a racy reduction in both runs: in training, in evaluation only, or in training with a harmless edit in one tree
-    ("nondeterministic", "race"): lambda sp: _racy(sp, {"race": sp["race"]}),
-    ("nondeterministic", "eval_race"): lambda sp: _racy(sp, {"eval_race": sp["eval_race"]}),
-    ("nondeterministic", "race_comment"): lambda sp: _racy(sp, {"race": sp["race"]},
-                                                           diffs=(None, _code("a comment", sp["seed"]))),
+    ("nondeterministic", "race"): lambda sp: racy_sides(sp, {"race": sp["race"]}),
+    ("nondeterministic", "eval_race"): lambda sp: racy_sides(sp, {"eval_race": sp["eval_race"]}),
+    ("nondeterministic", "race_comment"): lambda sp: racy_sides(sp, {"race": sp["race"]},
+                                                           diffs=(None, code_diff("a comment", sp["seed"]))),
 }
 PAIR_DEFAULTS = dict(seed=0, task="digits", width=32, depth=1, dropout=0.0, batch_size=64, steps=40, lr=3e-3, at=20,
                      race=0.04, eval_race=0.5)
 
 
-def _masks(sp: dict, moved: int) -> dict:
+def mask_settings(sp: dict, moved: int) -> dict:
     """A fine-tune's settings: the initial weights of seed ``sp["seed"]``, dropout, its masks from seed + ``moved``."""
     return {"dropout": sp["dropout"] or 0.1, "mask_seed": sp["seed"] + moved}
 
 
-def _racy(sp: dict, race: dict, diffs=(None, None), **manifest_kw) -> tuple[dict, dict]:
+def racy_sides(sp: dict, race: dict, diffs=(None, None), **manifest_kw) -> tuple[dict, dict]:
     """Both sides race the same way (each run draws its own races); ``diffs``: each tree's uncommitted changes."""
     first = 2 * sp["seed"] + (100 if any(diffs) else 0)               # not the draws of the clean trees' pairs
-    return tuple(_side({**race, "race_seed": first + i}, deterministic=False, diff=diffs[i], **manifest_kw)
+    return tuple(plant_side({**race, "race_seed": first + i}, deterministic=False, diff=diffs[i], **manifest_kw)
                  for i in (0, 1))
 
 
@@ -384,7 +387,7 @@ def make_pair(spec: dict, plants: dict | None = None) -> Pair:
     sp = {**PAIR_DEFAULTS, **spec}
     shared = {k: sp[k] for k in ("task", "width", "depth", "dropout", "batch_size", "steps", "lr")}
     shared.update(init_seed=sp["seed"], order_seed=sp["seed"], data_seed=sp["seed"] % 2)
-    rng = random.Random(_sha(json.dumps(sp, sort_keys=True)))        # this pair's own fields, from the whole spec
+    rng = random.Random(text_sha(json.dumps(sp, sort_keys=True)))        # this pair's own fields, from the whole spec
     git_sha = _hex(rng, 40)
     runs = []
     for side in plants[(sp["cause"], sp["kind"])](sp):
@@ -460,18 +463,18 @@ class Target:
     log: list = field(repr=False)
 
 
-def _fine_tune(sp: dict) -> dict:
+def fine_tune_settings(sp: dict) -> dict:
     """Initial weights of seed ``sp["seed"]`` from a checkpoint, dropout masks from ``sp["mask_seed"]``."""
     return {"mask_seed": sp["mask_seed"], "dropout": sp["dropout"] or 0.1}
 
 
 TARGET_KINDS: dict[str, Callable[[dict], dict]] = {
-    "recorded": lambda sp: _side(),                                         # the manifest says it all (but eval_every)
-    "old_pipeline": lambda sp: _side(records_seeds=False),                  # no seeds, no data settings recorded
-    "order_unrecorded": lambda sp: _side(told={"order_seed": sp["told"]}),  # the loader read its seed elsewhere
-    "reshuffle_unrecorded": lambda sp: _side({"reshuffle": False}, told={"reshuffle": True}),
-    "lr_drop": lambda sp: _side({"lr_drop_at": sp["at"]}, diff=_code(f"lr x0.3 from step {sp['at']}", sp["seed"])),
-    "fine_tune": lambda sp: _side(_fine_tune(sp)),                          # initial weights from init_from
+    "recorded": lambda sp: plant_side(),                                         # the manifest says it all (but eval_every)
+    "old_pipeline": lambda sp: plant_side(records_seeds=False),                  # no seeds, no data settings recorded
+    "order_unrecorded": lambda sp: plant_side(told={"order_seed": sp["told"]}),  # the loader read its seed elsewhere
+    "reshuffle_unrecorded": lambda sp: plant_side({"reshuffle": False}, told={"reshuffle": True}),
+    "lr_drop": lambda sp: plant_side({"lr_drop_at": sp["at"]}, diff=code_diff(f"lr x0.3 from step {sp['at']}", sp["seed"])),
+    "fine_tune": lambda sp: plant_side(fine_tune_settings(sp)),                          # initial weights from init_from
 }
 TARGET_DEFAULTS = dict(seed=0, order_seed=None, mask_seed=1, told=0, at=20, eval_every=5, reshuffle=True,
                        task="digits", width=32, depth=1, dropout=0.0, batch_size=64, steps=30, lr=3e-3,
@@ -495,7 +498,7 @@ def make_target(spec: dict, kinds: dict | None = None) -> Target:
     settings.update(init_seed=sp["seed"], order_seed=sp["seed"] if sp["order_seed"] is None else sp["order_seed"])
     side = kinds[sp["kind"]](sp)
     settings.update(side["changes"])
-    rng = random.Random(_sha("target " + json.dumps(sp, sort_keys=True)))
+    rng = random.Random(text_sha("target " + json.dumps(sp, sort_keys=True)))
     written = manifest({**settings, **side["told"]}, rng, git_sha=_hex(rng, 40), **side["manifest"])
     return Target(dict(spec), settings, written, train(settings))
 
