@@ -62,7 +62,7 @@ def test_a_stored_unseen_bug_still_costs_its_run(spec):
 def test_unseen_setups_break_every_part_in_ways_the_visible_ones_never_show():
     visible_kinds = {(s["part"], s["kind"]) for s in VISIBLE}
     unseen_kinds = {(s["part"], s["kind"]) for s in STORED}
-    assert not set(setups_check.HIDDEN_BUGS) & set(bs.BUGS), "a hidden bug is in the students' module"
+    assert not set(setups_check.UNSEEN_BUGS) & set(bs.BUGS), "a hidden bug is in the students' module"
     for part in bs.PARTS:
         assert {k for k in unseen_kinds - visible_kinds if k[0] == part}, f"no unseen way of breaking {part!r}"
     settings = lambda s: (s["width"], s["depth"], s["dropout"], s["data_seed"])  # noqa: E731
@@ -76,7 +76,7 @@ def test_every_kind_of_breakage_the_grader_uses_is_shown_by_a_visible_setup():
     """A careful student's visible setups must not promise more than the unseen ones give: each hidden bug names the
     visible bug of its kind (another mechanism, size or place), in the same part, and that bug is in the visible set
     on a task where the hidden one is graded, or on the digits (measured: some kinds show on one task only)."""
-    assert set(setups_check.SHOWN_BY) == set(setups_check.HIDDEN_BUGS)
+    assert set(setups_check.SHOWN_BY) == set(setups_check.UNSEEN_BUGS)
     visible = {(s["task"], s["part"], s["kind"]) for s in VISIBLE}
     for hidden, shown in setups_check.SHOWN_BY.items():
         assert hidden[0] == shown[0] and shown in bs.BUGS, (hidden, shown)

@@ -66,7 +66,7 @@ def test_unseen_variants_are_new_and_cover_every_kind():
 
     assert kinds(fr.VISIBLE_SPECS) == kinds(fp16_check.UNSEEN_SPECS) == {"clean", "tiny_loss", "big_loss", "stem",
                                                                         "norm", "units"}
-    assert len(fr.load_visible_variants()) == 10 and len(fp16_check.load_unseen()) == 14
+    assert len(fr.load_visible_variants()) == 10 and len(fp16_check.unseen()) == 14
 
 
 @pytest.mark.parametrize("where,spec", ALL, ids=[f"{w}-{s['kind']}-{s['seed']}" for w, s in ALL])

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from autograder import notebooks as nbu
-from autograder.init_check import HIDDEN_NETS, HIDDEN_SEED
+from autograder.init_check import UNSEEN_NETS, UNSEEN_SEED
 from course import load_catalogue, source_nb
 from trainkit.labs.lab01_signal_propagation import init_nets as inn
 from trainkit.labs.lab01_signal_propagation.init_nets import VISIBLE_NETS, Residual, build_net, check_spec, describe, judge, signal_profile
@@ -45,21 +45,21 @@ def test_the_spec_states_the_bands_and_the_run():
     lr = f"{inn.RUN_LR:.0e}".replace("e-0", "e-")
     assert f"{inn.RUN_STEPS} AdamW steps (lr {lr}) on one batch of {inn.RUN_BATCH} training examples" in spec
     assert f"{inn.RUN_TARGET:g} x log 10 = {inn.RUN_TARGET * math.log(10):.2f}" in spec
-    assert f"the {len(VISIBLE_NETS)} visible networks" in spec and f"grader's {len(HIDDEN_NETS)} unseen" in spec
+    assert f"the {len(VISIBLE_NETS)} visible networks" in spec and f"grader's {len(UNSEEN_NETS)} unseen" in spec
 
 
 def test_the_unseen_networks_are_other_networks_with_other_activations():
     def key(spec):
         return tuple(sorted(spec.items()))
 
-    assert not {key(s) for s in HIDDEN_NETS} & {key(s) for s in VISIBLE_NETS}
+    assert not {key(s) for s in UNSEEN_NETS} & {key(s) for s in VISIBLE_NETS}
     assert {s["activation"] for s in VISIBLE_NETS} == VISIBLE_ACTIVATIONS
-    unseen = {s["activation"] for s in HIDDEN_NETS} - VISIBLE_ACTIVATIONS
+    unseen = {s["activation"] for s in UNSEEN_NETS} - VISIBLE_ACTIVATIONS
     assert len(unseen) >= 5, unseen
-    assert {s["kind"] for s in HIDDEN_NETS} == {"plain", "residual"} and HIDDEN_SEED != 0
+    assert {s["kind"] for s in UNSEEN_NETS} == {"plain", "residual"} and UNSEEN_SEED != 0
     # both kinds, with and without biases and LayerNorms, among the unseen networks of a new activation
-    assert sum(s["activation"] not in VISIBLE_ACTIVATIONS for s in HIDDEN_NETS if s["kind"] == "plain") >= 4
-    for spec in VISIBLE_NETS + HIDDEN_NETS:
+    assert sum(s["activation"] not in VISIBLE_ACTIVATIONS for s in UNSEEN_NETS if s["kind"] == "plain") >= 4
+    for spec in VISIBLE_NETS + UNSEEN_NETS:
         check_spec(spec)
 
 
@@ -80,7 +80,7 @@ def _worst_margin(fn, nets, seed):
 
 @pytest.mark.parametrize("fn", [reference, skip_init], ids=["reference_lsuv", "alternative_skip_init"])
 def test_honest_initialisations_pass_every_network_with_margin(fn):
-    for nets, seed in ((VISIBLE_NETS, 0), (HIDDEN_NETS, HIDDEN_SEED)):
+    for nets, seed in ((VISIBLE_NETS, 0), (UNSEEN_NETS, UNSEEN_SEED)):
         worst, worst_run = _worst_margin(fn, nets, seed)
         assert worst > 1.25, f"a signal within {worst:.2f}x of its band's edge"
         assert worst_run < inn.RUN_TARGET * math.log(10) - 0.3, f"a short run ends at {worst_run:.3f}"
@@ -89,17 +89,17 @@ def test_honest_initialisations_pass_every_network_with_margin(fn):
 
 def test_first_answers_fail_networks():
     # PyTorch's default init: the signal of every deep plain net fades (bias noise at best)
-    plain = [s for s in VISIBLE_NETS + HIDDEN_NETS if s["kind"] == "plain"]
+    plain = [s for s in VISIBLE_NETS + UNSEEN_NETS if s["kind"] == "plain"]
     assert all("forward RMS" in judge(s, _leave_as_built) for s in plain)
     # He everywhere: each residual block without LayerNorms doubles the stream's variance (where the activation is
     # unbounded: a branch through tanh or sigmoid adds a bounded amount)
-    residual = [s for s in VISIBLE_NETS + HIDDEN_NETS if s["kind"] == "residual" and not s["norm"]
+    residual = [s for s in VISIBLE_NETS + UNSEEN_NETS if s["kind"] == "residual" and not s["norm"]
                 and s["activation"] not in ("tanh", "sigmoid")]
     assert len(residual) >= 6
     assert all("forward RMS" in judge(s, he_everywhere) for s in residual)
     # gains known by the visible activations' names only: an unseen activation's plain net fades
-    unseen_plain = [s for s in HIDDEN_NETS if s["kind"] == "plain" and s["activation"] not in VISIBLE_ACTIVATIONS]
-    misses = [s for s in unseen_plain if judge(s, gain_by_visible_name, HIDDEN_SEED)]
+    unseen_plain = [s for s in UNSEEN_NETS if s["kind"] == "plain" and s["activation"] not in VISIBLE_ACTIVATIONS]
+    misses = [s for s in unseen_plain if judge(s, gain_by_visible_name, UNSEEN_SEED)]
     assert len(misses) >= 3, [describe(s) for s in misses]
 
 

@@ -50,7 +50,7 @@ def test_every_instructor_module_a_hidden_test_imports_is_lent_with_its_data():
         read = set(re.findall(r"with_name\(\"([\w.]+)\"\)", source))
         assert read == set(data), f"autograder/{name}.py reads {sorted(read)}; lending lends it {sorted(data)}"
         assert all((package / f).is_file() for f in data), name
-    assert lending.imported_by("x = 1\nfrom autograder.repro_check import load_unseen as l\n"
+    assert lending.imported_by("x = 1\nfrom autograder.repro_check import unseen as l\n"
                                "import autograder.init_check\nfrom trainkit.checks import expect") == \
         ["init_check", "repro_check"]
 
@@ -128,7 +128,7 @@ def test_the_sandbox_shows_no_lent_file_and_no_new_file_of_the_unseen_folder(tmp
         assert str(planted) in files
         probe = ("import sys\n"
                  "def size(f):\n    try:\n        return len(open(f, 'rb').read())\n    except OSError:\n        return 0\n"
-                 "try:\n    import autograder.repro_check as m\n    found = hasattr(m, 'load_unseen')\n"
+                 "try:\n    import autograder.repro_check as m\n    found = hasattr(m, 'unseen')\n"
                  "except Exception:\n    found = False\n"
                  "print([size(f) for f in sys.argv[1:]], found)")
         cmd = sandbox.wrap([sys.executable, "-c", probe, *files], scratch, sandbox.Limits())
@@ -167,8 +167,8 @@ def _places():
     yield from globals().values()                                      # the notebook's variables
     try:                                                               # the grader's module, by name
         _module = _importlib.import_module("autograder.repro_check")
-        yield _module.load_unseen()
-        yield _module.load_hidden_targets()
+        yield _module.unseen()
+        yield _module.unseen_targets()
     except Exception:
         pass
     import autograder as _package
@@ -206,7 +206,7 @@ def _rebind_answers(*_args):
     _module = _sys.modules.get("autograder.repro_check")
     if _module is not None and "UNSEEN_VERDICTS" in globals():
         try:
-            globals()["UNSEEN_VERDICTS"] = tuple(_pair.label for _pair in _module.load_unseen())
+            globals()["UNSEEN_VERDICTS"] = tuple(_pair.label for _pair in _module.unseen())
         except Exception:
             pass
 

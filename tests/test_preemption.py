@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from autograder import notebooks as nbu
-from autograder.preemption_check import HIDDEN_SETTINGS, best_save_every, excess, expected_run_time, worst_excess
+from autograder.preemption_check import UNSEEN_SETTINGS, best_save_every, excess, expected_run_time, worst_excess
 from course import load_catalogue, source_nb
-from trainkit.labs.lab08_infra_lab.preemption import FaultSetting, check_save_every, simulate_runs
+from trainkit.labs.lab08_infra_lab.preemption import FaultSetting, check_save_every, simulate_runs, visible
 
 BANDS = {"sound": 1.20, "near the best": 1.05, "the best": 1.01}     # the notebook's SAVE_BANDS (checked below)
 
@@ -23,7 +23,7 @@ def _helper_cell() -> str:
 
 def _visible():
     """VISIBLE_SETTINGS, VISIBLE_BEST and SAVE_BANDS as the notebook's read-only helper cell defines them."""
-    names = {"FaultSetting": FaultSetting, "simulate_runs": simulate_runs}
+    names = {"FaultSetting": FaultSetting, "simulate_runs": simulate_runs, "visible_settings": visible}
     source = _helper_cell()
     tree = ast.parse(source)
     wanted = [node for node in tree.body if isinstance(node, ast.Assign)
@@ -53,9 +53,9 @@ def test_the_notebook_states_the_bands_and_the_best_visible_intervals():
     settings, best, bands = _visible()
     assert bands == BANDS
     assert {s.name: best_save_every(s)[0] for s in settings} == best
-    hidden = {(s.steps, s.step_s, s.save_s, s.restart_s, s.mtbf_s) for s in HIDDEN_SETTINGS}
+    hidden = {(s.steps, s.step_s, s.save_s, s.restart_s, s.mtbf_s) for s in UNSEEN_SETTINGS}
     assert not hidden & {(s.steps, s.step_s, s.save_s, s.restart_s, s.mtbf_s) for s in settings}
-    assert not {s.name for s in HIDDEN_SETTINGS} & {s.name for s in settings}
+    assert not {s.name for s in UNSEEN_SETTINGS} & {s.name for s in settings}
 
 
 @pytest.mark.parametrize("setting, save_every", [
@@ -95,7 +95,7 @@ def test_best_save_every_is_the_minimum():
 def test_honest_ways_to_decide_reach_full_marks(how):
     choose = reference if how == "the exact mean" else searched_by_simulation
     settings, _, _ = _visible()
-    for group in (settings, HIDDEN_SETTINGS):
+    for group in (settings, UNSEEN_SETTINGS):
         ratio, name, *_ = worst_excess(choose, group)
         assert ratio <= BANDS["the best"], (how, name, ratio)
 
@@ -105,7 +105,7 @@ def test_rules_of_thumb_are_near_the_best_but_not_the_best(name, rule):
     """Young's and Daly's intervals assume saves cheap next to the MTBF and an endless run: the visible tests show
     where that costs them the last band (the "huge save" run), so the hidden settings' verdict is no surprise."""
     settings, _, _ = _visible()
-    for group in (settings, HIDDEN_SETTINGS):
+    for group in (settings, UNSEEN_SETTINGS):
         ratio = worst_excess(rule, group)[0]
         assert BANDS["the best"] < ratio <= BANDS["near the best"], (name, ratio)
 
@@ -115,7 +115,7 @@ def test_rules_of_thumb_are_near_the_best_but_not_the_best(name, rule):
                          ids=["hundred", "tenth", "only-at-the-end", "every-step", "sqrt-steps"])
 def test_rules_that_ignore_the_machine_are_not_sound(rule):
     settings, _, _ = _visible()
-    for group in (settings, HIDDEN_SETTINGS):
+    for group in (settings, UNSEEN_SETTINGS):
         assert worst_excess(rule, group)[0] > BANDS["sound"]
 
 

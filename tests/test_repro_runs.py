@@ -3,7 +3,7 @@ runs whose logs show their planted cause, the unseen pairs are not the visible o
 alone, or of the logs alone, does not reach full marks. Exercise 7's runs to reproduce (the end of this file): the
 reference reproduces every visible and unseen one bit for bit, and a mapping of the manifest's fields alone does not.
 
-Both banks are trained once (``python -m autograder.repro_check build``) and stored with every number exact: grading
+Both banks are trained once (``python -m autograder.banks build repro``) and stored with every number exact: grading
 compares logs bit for bit, which must not depend on the grading CPU. Here a sample of each is retrained: on this CPU
 the pair shows its cause again, and its first steps agree with the stored ones to a few digits (another kernel path
 rounds differently, so the stored bits need not come back).
@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 import torch
 
-from autograder.repro_check import (HIDDEN_PLANTS, HIDDEN_TARGET_KINDS, hidden_target_specs, load_hidden_targets,
-                                    load_unseen, shows_cause, unseen_specs)
+from autograder.repro_check import (UNSEEN_PLANTS, UNSEEN_TARGET_KINDS, unseen_target_specs, unseen_targets,
+                                    unseen, shows_cause, unseen_specs)
 from course import load_catalogue, source_nb
 from trainkit.labs.lab07_monitoring_reproducibility import repro_runs as rr
 
 VISIBLE = rr.load_visible()
-UNSEEN = load_unseen()
+UNSEEN = unseen()
 CATALOGUE = load_catalogue("07_monitoring_reproducibility")
 
 
@@ -66,8 +66,8 @@ def test_the_unseen_pairs_are_not_the_visible_ones():
     assert [p.spec for p in UNSEEN] == [s for s in specs if s in [p.spec for p in UNSEEN]], "the build's, in order"
     assert len(UNSEEN) >= 0.9 * len(specs)
     assert not [p.spec for p in UNSEEN if p.spec in rr.visible_specs()]
-    assert {(p.spec["cause"], p.spec["kind"]) for p in UNSEEN} == set(HIDDEN_PLANTS), "a kind lost every pair"
-    hidden_only = set(HIDDEN_PLANTS) - set(rr.PLANTS)
+    assert {(p.spec["cause"], p.spec["kind"]) for p in UNSEEN} == set(UNSEEN_PLANTS), "a kind lost every pair"
+    hidden_only = set(UNSEEN_PLANTS) - set(rr.PLANTS)
     assert len(hidden_only) >= 4 and {cause for cause, _ in hidden_only} >= {"seed", "data_order", "code_change"}
     assert {p.spec.get("task", "digits") for p in UNSEEN} == {"digits", "regression"}
     seen_ids = {r.manifest["run_id"] for p in VISIBLE for r in (p.a, p.b)}
@@ -149,7 +149,7 @@ def test_the_visible_pairs_show_every_confounder_of_a_one_reading_table():
 def test_a_stored_pair_is_the_pair_of_its_spec(bank, spec):
     torch.set_num_threads(1)
     stored = next(p for p in (VISIBLE if bank == "visible" else UNSEEN) if spec.items() <= p.spec.items())
-    again = rr.make_pair(stored.spec, HIDDEN_PLANTS)
+    again = rr.make_pair(stored.spec, UNSEEN_PLANTS)
     assert shows_cause(again)
     for old, new in ((stored.a, again.a), (stored.b, again.b)):
         assert {k: v for k, v in new.manifest.items() if k != "versions"} == \
@@ -185,7 +185,7 @@ def test_bad_specs_and_settings_are_refused_with_the_choices():
 @functools.cache
 def _targets() -> dict:
     torch.set_num_threads(1)
-    return {"visible": rr.load_visible_targets(), "hidden": load_hidden_targets()}
+    return {"visible": rr.load_visible_targets(), "hidden": unseen_targets()}
 
 
 def _reproduced(source: str, targets) -> list[bool]:
@@ -226,11 +226,11 @@ def test_every_target_is_a_deterministic_run_of_its_settings_that_only_the_docum
 
 def test_the_visible_targets_show_every_visible_kind_and_the_hidden_ones_differ():
     visible, hidden = _targets()["visible"], _targets()["hidden"]
-    assert [t.spec for t in visible] == rr.visible_target_specs() and [t.spec for t in hidden] == hidden_target_specs()
+    assert [t.spec for t in visible] == rr.visible_target_specs() and [t.spec for t in hidden] == unseen_target_specs()
     assert {t.spec["kind"] for t in visible} == set(rr.TARGET_KINDS) and 10 <= len(visible) <= 14
-    assert {t.spec["kind"] for t in hidden} == set(HIDDEN_TARGET_KINDS) and 18 <= len(hidden) <= 24
-    assert not [s for s in hidden_target_specs() if s in rr.visible_target_specs()]
-    assert len(set(HIDDEN_TARGET_KINDS) - set(rr.TARGET_KINDS)) >= 3
+    assert {t.spec["kind"] for t in hidden} == set(UNSEEN_TARGET_KINDS) and 18 <= len(hidden) <= 24
+    assert not [s for s in unseen_target_specs() if s in rr.visible_target_specs()]
+    assert len(set(UNSEEN_TARGET_KINDS) - set(rr.TARGET_KINDS)) >= 3
     with pytest.raises(ValueError, match="unknown kind"):          # a hidden kind is not in the students' module
         rr.make_target({"kind": "seed_unrecorded"})
     # the visible runs are digits runs of one size; the hidden ones vary what the visible ones hold fixed

@@ -1,6 +1,6 @@
 """Lab 6's banks of runs: the stored visible and unseen runs are real training runs, each showing its planted cause.
 
-Both banks are trained once (``python -m autograder.runbank_check build``) and stored: training 42 visible runs takes
+Both banks are trained once (``python -m autograder.banks build runbank``) and stored: training 42 visible runs takes
 longer than a notebook cell may, and the 64 unseen ones would cost every graded lab-6 notebook 25 s (and grade it on
 the grading CPU's digits). Here a sample of each is retrained and compared with what is stored: the first steps,
 before any cause is planted, agree to a few digits on every CPU (later steps of a chaotic run need not).
@@ -16,11 +16,11 @@ import pytest
 import torch
 
 import autograder.notebooks as nbu
-from autograder.runbank_check import load_unseen, shows_cause, unseen_specs
+from autograder.runbank_check import unseen, shows_cause, unseen_specs
 from trainkit.labs.lab06_debugging_protocol import runbank
 
 STORED = runbank.load_visible()
-UNSEEN = load_unseen()
+UNSEEN = unseen()
 
 
 def test_the_stored_bank_covers_every_task_and_cause_twice():

@@ -16,7 +16,7 @@ from trainkit.labs.lab02_lr_schedules import schedule_task as st
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 VISIBLE = st.load_visible()
-UNSEEN = sc.load_unseen()
+UNSEEN = sc.unseen()
 STORED_UNSEEN = json.loads(sc.UNSEEN_FILE.read_text())["variants"]
 MARGIN = 1.25           # the notebook's: a variant passes when its excess <= MARGIN * the reference's
 
@@ -38,7 +38,7 @@ def _excess_ratio(choose, variant: st.Variant, seeds) -> float:
 
 def test_the_stored_variants_are_the_builds():
     assert [st.variant_record(v) for v in VISIBLE] == [st.variant_record(v) for v in st.VISIBLE_VARIANTS]
-    assert [st.variant_record(v) for v in UNSEEN] == [st.variant_record(v) for v in sc.HIDDEN_VARIANTS]
+    assert [st.variant_record(v) for v in UNSEEN] == [st.variant_record(v) for v in sc.UNSEEN_VARIANTS]
     for record in STORED_UNSEEN:
         losses = list(record["sweep"].values())
         assert record["reference_loss"] == min(losses)

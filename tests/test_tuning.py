@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from autograder import notebooks as nbu
-from autograder.tuning_check import GRID, HIDDEN_SEEDS, MARGIN, load_hidden, sweep
+from autograder.tuning_check import GRID, UNSEEN_SEEDS, MARGIN, unseen, sweep
 from course import load_catalogue, source_nb
 from trainkit.data import excess_bar
 from trainkit.labs.lab04_optimizers.tuning import (OPTIMIZERS, VISIBLE_SEEDS, BudgetExceeded, TuningTask, check_config, floor, grade_tune,
                              graded_loss, load_visible_tasks, run_config)
 
-VISIBLE, HIDDEN = load_visible_tasks(), load_hidden()
+VISIBLE, HIDDEN = load_visible_tasks(), unseen()
 CATALOGUE = load_catalogue("04_optimizers")
 
 
@@ -66,7 +66,7 @@ def test_trials_repeat_and_the_grading_seeds_are_others():
     task = TuningTask(spec, "adamw")
     assert task.trial({"lr": 3e-3}, steps=30) == task.trial({"lr": 3e-3}, steps=30)
     assert run_config(spec, "adamw", {"lr": 3e-3}, 30, 0) == task.history[0][2]
-    others = {run_config(spec, "adamw", {"lr": 3e-3}, 30, seed) for seed in (*VISIBLE_SEEDS, *HIDDEN_SEEDS)}
+    others = {run_config(spec, "adamw", {"lr": 3e-3}, 30, seed) for seed in (*VISIBLE_SEEDS, *UNSEEN_SEEDS)}
     assert task.history[0][2] not in others and len(others) == 4
 
 
@@ -118,14 +118,14 @@ def test_the_hidden_tasks_are_other_tasks_whose_best_learning_rates_spread_over_
     visible = [strip(s) for s in VISIBLE]
     assert all(strip(s) not in visible for s in HIDDEN)
     assert {s["name"] for s in HIDDEN}.isdisjoint(s["name"] for s in VISIBLE)
-    assert set(HIDDEN_SEEDS).isdisjoint({0, *VISIBLE_SEEDS})
+    assert set(UNSEEN_SEEDS).isdisjoint({0, *VISIBLE_SEEDS})
     for optimizer in OPTIMIZERS:
         best = [s["best_lr"][optimizer] for s in HIDDEN]
         assert max(best) / min(best) >= 100, (optimizer, best)
     assert any(s["best_lr"]["lion"] < s["best_lr"]["adamw"] / 3 for s in HIDDEN)
 
 
-@pytest.mark.parametrize("spec,seeds", [(VISIBLE[-1], VISIBLE_SEEDS), (HIDDEN[-1], HIDDEN_SEEDS)],
+@pytest.mark.parametrize("spec,seeds", [(VISIBLE[-1], VISIBLE_SEEDS), (HIDDEN[-1], UNSEEN_SEEDS)],
                          ids=["visible-bigram", "hidden-bigram"])
 def test_a_stored_bar_is_its_sweep(spec, seeds):
     """The stored best is the reference sweep's best mean loss (2 % allowed for another CPU's kernels) and the bar lets
@@ -152,7 +152,7 @@ def test_the_reference_passes_every_pair_and_the_hasty_answers_do_not():
     """The reference passes all 22 pairs, most with room to spare; answering without a search, or with a three-point
     grid, misses most of the grader's tasks."""
     reference = _reference_tune()
-    results = _passed(reference, VISIBLE, VISIBLE_SEEDS) + _passed(reference, HIDDEN, HIDDEN_SEEDS)
+    results = _passed(reference, VISIBLE, VISIBLE_SEEDS) + _passed(reference, HIDDEN, UNSEEN_SEEDS)
     missed = [(name, optimizer, why) for name, optimizer, (_, _, why) in results if why]
     assert not missed, missed
     specs = {s["name"]: s for s in VISIBLE + HIDDEN}
@@ -162,7 +162,7 @@ def test_the_reference_passes_every_pair_and_the_hasty_answers_do_not():
     assert sum(r <= 0.9 for r in ratios) >= 0.75 * len(ratios), sorted(ratios)
     for bug in ("tune_hasty_defaults", "tune_three_point_grid"):
         hasty = _tune_from(CATALOGUE.BUGS[bug]["tune"])
-        passed = [not why for _, _, (_, _, why) in _passed(hasty, HIDDEN, HIDDEN_SEEDS)]
+        passed = [not why for _, _, (_, _, why) in _passed(hasty, HIDDEN, UNSEEN_SEEDS)]
         assert sum(passed) < 0.5 * len(passed), (bug, passed)
 
 

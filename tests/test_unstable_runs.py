@@ -12,14 +12,14 @@ import pytest
 import torch
 
 from autograder import notebooks as nbu
-from autograder.unstable_check import HIDDEN_SPECS
+from autograder.unstable_check import UNSEEN_SPECS
 from course import load_catalogue, source_nb
 from trainkit.labs.lab03_gradient_clipping import unstable_runs as ur
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 VISIBLE = list(ur.VISIBLE_SPECS)
-HIDDEN = list(HIDDEN_SPECS)
+HIDDEN = list(UNSEEN_SPECS)
 _CATALOGUE = load_catalogue("03_gradient_clipping")
 
 

@@ -42,7 +42,7 @@ FIXED = {
 }
 
 
-def load_unseen() -> list[Variant]:
+def unseen() -> list[Variant]:
     """The grader's variants, each with ``name`` and ``spec`` (its seed in ``spec["seed"]``)."""
     return [make_variant(spec) for spec in UNSEEN_SPECS]
 
@@ -55,14 +55,11 @@ def gap(variant: Variant, recipe: Recipe) -> float:
     return (l16 - l32) / abs(l32) if math.isfinite(l16) else math.nan
 
 
-def main() -> None:
+def report() -> None:
+    """The fixed recipes' gaps on every variant (``python -m autograder.banks report fp16``): for choosing variants."""
     from trainkit.labs.lab05_mixed_precision.fp16_runs import load_visible_variants
 
-    for where, variants in [("visible", load_visible_variants()), ("unseen", load_unseen())]:
+    for where, variants in [("visible", load_visible_variants()), ("unseen", unseen())]:
         for v in variants:
             cells = "  ".join(f"{name}: {gap(v, r):+8.3f}" for name, r in FIXED.items())
             print(f"{where:8s} {v.name:14s} seed {v.spec['seed']:2d}  {cells}", flush=True)
-
-
-if __name__ == "__main__":
-    main()

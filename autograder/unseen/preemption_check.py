@@ -1,7 +1,7 @@
 """Lab 8's checkpoint-interval decision, scored by the outcome: the exact mean wall clock of the run that a chosen
 ``save_every`` produces under trainkit.labs.lab08_infra_lab.preemption's model, against the best interval of the same run.
 
-Instructor-only (the student edition leaves autograder/ out): the hidden test cell imports ``HIDDEN_SETTINGS`` and
+Instructor-only (the student edition leaves autograder/ out): the hidden test cell imports ``UNSEEN_SETTINGS`` and
 ``worst_excess`` from here. The settings are other runs and machines than the notebook's visible ones: other step
 counts, save costs from 0.02 s to 15 min, failure rates from a few a minute to one a week, and runs shorter than the
 interval that would be best for an endless run.
@@ -61,7 +61,7 @@ def worst_excess(choose, settings) -> tuple[float, str, int, int]:
 # The grader's settings: none of them is a visible one. Save costs from 0.05 s to 10 min, failures from one a minute
 # to one in three days, restarts from 2 s to 30 min, runs from 50 to 100,000 steps; in some the best interval is a
 # few steps, in others the whole run (the run is shorter than the interval an endless run would want).
-HIDDEN_SETTINGS = [
+UNSEEN_SETTINGS = [
     FaultSetting("small GPU job, frequent preemption", steps=8000, step_s=0.1, save_s=0.5, restart_s=20, mtbf_s=900),
     FaultSetting("mid-size model, slow restarts", steps=1500, step_s=2, save_s=30, restart_s=300, mtbf_s=7200),
     FaultSetting("long run of a small model", steps=60000, step_s=0.05, save_s=3, restart_s=30, mtbf_s=1800),
@@ -82,3 +82,8 @@ HIDDEN_SETTINGS = [
     FaultSetting("run shorter than its best interval", steps=3000, step_s=0.1, save_s=90, restart_s=60, mtbf_s=900),
     FaultSetting("half-hour restarts", steps=9000, step_s=2, save_s=60, restart_s=1800, mtbf_s=21600),
 ]
+
+
+def unseen() -> list[FaultSetting]:
+    """The grader's settings, none of them a visible one."""
+    return list(UNSEEN_SETTINGS)

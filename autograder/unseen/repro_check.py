@@ -8,20 +8,20 @@ one it accepts.
 
 The unseen pairs (``unseen_specs``) are unlike the visible ones: other seeds, widths, depths, minibatch sizes, the
 regression task, dropout, code changes that act at other steps, racy reductions that race more or less often, and
-kinds the visible pairs never show (``HIDDEN_PLANTS``): a seed that moves the data order too (so the manifest's first
+kinds the visible pairs never show (``UNSEEN_PLANTS``): a seed that moves the data order too (so the manifest's first
 difference is the data's), an order that a reshuffle setting nobody records changes, a code change from another
 commit, a clip added in one of two dirty trees, two dirty trees whose different changes touch nothing the run
 executes, a fine-tune's dropout seed that no manifest records, races in two trees with harmless edits (in training and
 evaluation, or in evaluation only), and a code change in runs that could also race.
 
-    python -m autograder.repro_check build     # retrain the visible and the unseen pairs, store both
+    python -m autograder.banks build repro     # retrain the visible and the unseen pairs, store both
 
 The visible pairs (trainkit/labs/lab07_monitoring_reproducibility/repro_visible.json) go to students; the unseen ones (autograder/unseen/repro_unseen.json,
 instructor-only like this module) are what lab 7's hidden tests grade ``why_not_reproducible`` on.
 tests/test_repro_runs.py retrains a sample of each and checks that the stored pairs are the runs of their specs.
 
 Exercise 7's runs to reproduce are not stored: bit for bit is decided by the grading machine's own arithmetic, so
-``load_hidden_targets`` trains them where they are graded (``hidden_target_specs``, ``HIDDEN_TARGET_KINDS``: other tasks,
+``unseen_targets`` trains them where they are graded (``unseen_target_specs``, ``UNSEEN_TARGET_KINDS``: other tasks,
 sizes, lengths and seeds than ``trainkit.labs.lab07_monitoring_reproducibility.repro_runs.visible_target_specs``, and manifests wrong or silent in ways the
 visible runs never show). tests/test_repro_runs.py proves that the reference reproduces every one of them.
 """
@@ -38,7 +38,7 @@ from trainkit.labs.lab07_monitoring_reproducibility.repro_runs import (
 
 UNSEEN_FILE = Path(__file__).with_name("repro_unseen.json")
 
-HIDDEN_PLANTS = {
+UNSEEN_PLANTS = {
     **rr.PLANTS,
     ("seed", "seed_and_order"): lambda sp: (plant_side(), plant_side({"init_seed": sp["seed"] + 3, "order_seed": sp["seed"] + 3})),
     ("data_order", "reshuffle_unrecorded"): lambda sp: (plant_side(), plant_side({"reshuffle": False}, told={"reshuffle": True})),
@@ -104,7 +104,7 @@ def unseen_specs() -> list[dict]:
                      eval_race=0.25)]
     races = [dict(seed=8, width=48, race=0.02), dict(seed=9, task="regression", depth=2, race=0.15),
              dict(seed=10, width=64, batch_size=32, dropout=0.2, race=0.05)]  # races are rarer than other causes: more
-    return ([{"cause": cause, "kind": kind, **setting} for (cause, kind) in HIDDEN_PLANTS for setting in settings]
+    return ([{"cause": cause, "kind": kind, **setting} for (cause, kind) in UNSEEN_PLANTS for setting in settings]
             + [{"cause": "nondeterministic", "kind": kind, **setting}
                for kind in ("race", "eval_race", "race_comment") for setting in races])
 
@@ -126,14 +126,14 @@ def build_visible(path: Path = rr.VISIBLE_FILE) -> list[rr.Pair]:
 def build_unseen(path: Path = UNSEEN_FILE) -> list[rr.Pair]:
     """Train the unseen pairs and store those that show their cause; refuses if more than a tenth do not."""
     specs = unseen_specs()
-    pairs = [p for p in (rr.make_pair(spec, HIDDEN_PLANTS) for spec in specs) if shows_cause(p)]
+    pairs = [p for p in (rr.make_pair(spec, UNSEEN_PLANTS) for spec in specs) if shows_cause(p)]
     if len(pairs) < 0.9 * len(specs):
         raise SystemExit(f"only {len(pairs)} of {len(specs)} unseen pairs show their cause; change their settings")
     _store(path, pairs)
     return pairs
 
 
-def load_unseen() -> list[rr.Pair]:
+def unseen() -> list[rr.Pair]:
     """The grader's unseen pairs (stored by ``build_unseen``), with their causes."""
     return rr.load_pairs(UNSEEN_FILE)
 
@@ -144,7 +144,7 @@ def load_unseen() -> list[rr.Pair]:
 # set somewhere the manifest does not see, an lr drop in a pipeline that records no seeds. Built (trained) when loaded:
 # a few seconds.
 
-HIDDEN_TARGET_KINDS = {
+UNSEEN_TARGET_KINDS = {
     **rr.TARGET_KINDS,
     "seed_unrecorded": lambda sp: plant_side(told={"init_seed": sp["told"]}),
     "fine_tune_unrecorded": lambda sp: plant_side(fine_tune_settings(sp), records_seeds=False),
@@ -154,7 +154,7 @@ HIDDEN_TARGET_KINDS = {
 }
 
 
-def hidden_target_specs() -> list[dict]:
+def unseen_target_specs() -> list[dict]:
     """The grader's runs to reproduce: every visible kind in other settings, and the kinds only the grader has."""
     return [
         {"kind": "recorded", "seed": 123, "order_seed": 77, "task": "regression", "width": 48, "depth": 2, "eval_every": 6},
@@ -181,16 +181,13 @@ def hidden_target_specs() -> list[dict]:
     ]
 
 
-def load_hidden_targets() -> list[rr.Target]:
+def unseen_targets() -> list[rr.Target]:
     """The grader's runs to reproduce, trained now (about 0.15 s a run), with their true settings."""
-    return [rr.make_target(spec, HIDDEN_TARGET_KINDS) for spec in hidden_target_specs()]
+    return [rr.make_target(spec, UNSEEN_TARGET_KINDS) for spec in unseen_target_specs()]
 
 
-if __name__ == "__main__":
-    import sys
-
-    if sys.argv[1:] != ["build"]:
-        raise SystemExit("usage: python -m autograder.repro_check build   (retrain and store the visible and unseen pairs)")
+def build() -> None:
+    """Retrain and store the visible and the unseen pairs (``python -m autograder.banks build repro``)."""
     torch.set_num_threads(1)
     made = build_visible()
     print(f"stored {len(made)} pairs in {rr.VISIBLE_FILE}")

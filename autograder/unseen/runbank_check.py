@@ -5,7 +5,7 @@ planted) and checks, with margins, that the curves show it. A run that does not 
 refuses to store one (``build_visible``), and lab 6's hidden test leaves such an unseen run out. It lives here, not
 in ``trainkit`` (which students have), because with it a student could try each label and keep the one it accepts.
 
-    python -m autograder.runbank_check build     # retrain the visible and the unseen runs, store both
+    python -m autograder.banks build runbank     # retrain the visible and the unseen runs, store both
 
 The visible runs (trainkit/labs/lab06_debugging_protocol/runbank_visible.json) go to students; the unseen ones (autograder/unseen/runbank_unseen.json,
 instructor-only like this module) are what lab 6's hidden tests grade ``diagnose`` on. Both are trained once and
@@ -136,16 +136,13 @@ def build_unseen(path: Path = UNSEEN_FILE) -> list[runbank.BankRun]:
     return runs
 
 
-def load_unseen() -> list[runbank.BankRun]:
+def unseen() -> list[runbank.BankRun]:
     """The grader's unseen runs (stored by ``build_unseen``), with their planted causes."""
     return runbank.load_bank(UNSEEN_FILE)
 
 
-if __name__ == "__main__":
-    import sys
-
-    if sys.argv[1:] != ["build"]:
-        raise SystemExit("usage: python -m autograder.runbank_check build   (retrain and store the visible and unseen runs)")
+def build() -> None:
+    """Retrain and store the visible and the unseen runs (``python -m autograder.banks build runbank``)."""
     torch.set_num_threads(1)
     made = build_visible()
     print(f"stored {len(made)} runs in {runbank.VISIBLE_FILE}")

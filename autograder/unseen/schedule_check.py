@@ -2,7 +2,7 @@
 
 A schedule is judged by the validation loss its run reaches (``trainkit.labs.lab02_lr_schedules.schedule_task.run``) against the reference:
 the best of a sweep of warmup + cosine schedules over the peak learning rate, measured once per variant on
-``BUILD_SEEDS`` and stored. ``python -m autograder.schedule_check build`` sweeps the visible variants (stored for
+``BUILD_SEEDS`` and stored. ``python -m autograder.banks build schedule`` sweeps the visible variants (stored for
 students in trainkit/labs/lab02_lr_schedules/schedule_visible.json: their reference losses only) and the unseen ones below (stored here, in
 schedule_unseen.json, with their sweeps). Grading trains only the student's schedule; tests/test_schedule_task.py
 re-measures a sample of the stored references.
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -28,7 +27,7 @@ BUILD_SEEDS = (0, 1, 2)
 PEAKS = tuple(10 ** (k / 4) for k in range(-12, -1))      # 1e-3 .. 0.56, a quarter decade apart
 WARMUP_FRACTION = 0.05
 
-HIDDEN_VARIANTS = [
+UNSEEN_VARIANTS = [
     st.Variant("unseen: 50 steps, batch 128, width 32", steps=50, batch_size=128, width=32, source_seed=2),
     st.Variant("unseen: 1500 steps, batch 8, width 128", steps=1500, batch_size=8, width=128, source_seed=3),
     st.Variant("unseen: 200 steps, batch 1024, width 64", steps=200, batch_size=1024, width=64, source_seed=4),
@@ -76,7 +75,7 @@ def _record(variant: st.Variant, losses: list[float]) -> dict:
 
 def build(processes: int = 2) -> None:
     for variants, path, keep in ((st.VISIBLE_VARIANTS, st.VISIBLE_FILE, ("reference_loss",)),
-                                 (HIDDEN_VARIANTS, UNSEEN_FILE, ("reference_loss", "best_peak", "sweep"))):
+                                 (UNSEEN_VARIANTS, UNSEEN_FILE, ("reference_loss", "best_peak", "sweep"))):
         records = []
         for variant in variants:
             record = _record(variant, sweep(variant, processes=processes))
@@ -86,12 +85,6 @@ def build(processes: int = 2) -> None:
         path.write_text(json.dumps({"version": 1, "seeds": list(BUILD_SEEDS), "variants": records}, indent=1) + "\n")
 
 
-def load_unseen() -> list[st.Variant]:
+def unseen() -> list[st.Variant]:
     """The grader's unseen variants, each with its stored reference loss (``Variant.reference_loss``)."""
     return st.load_variants(UNSEEN_FILE)
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] != ["build"]:
-        raise SystemExit("usage: python -m autograder.schedule_check build")
-    build()

@@ -1,13 +1,13 @@
 """Instructor side of lab 6's blind setups: the grader's unseen setups, and which of them show their bug.
 
 The unseen setups break the same six parts as the visible ones (``trainkit.labs.lab06_debugging_protocol.broken_setups``), on other widths, depths,
-dropout rates and data splits, and also with bugs of their own (``HIDDEN_BUGS``): each of the same kind as a visible
+dropout rates and data splits, and also with bugs of their own (``UNSEEN_BUGS``): each of the same kind as a visible
 bug (``SHOWN_BY``) but another mechanism, size or place of it, so a method that only recognises the visible bugs misses
 them and one that checks each part against what it is meant to do finds them. This module is instructor-only (not in the student edition) for the same reason as ``runbank_check``: with the hidden
 variants in sight, a student could look for them instead of checking the parts.
 
 A setup is graded only if its bug matters: the run it produces reports a final validation loss clearly worse than the
-sound run's (``shows_bug``, at least 8 % above it, on two seeds). ``python -m autograder.setups_check build`` checks
+sound run's (``shows_bug``, at least 8 % above it, on two seeds). ``python -m autograder.banks build setups`` checks
 every unseen spec and stores the ones that pass (autograder/unseen/setups_unseen.json); grading builds them from their specs,
 which takes milliseconds, and never trains them. tests/test_broken_setups.py checks that the stored ones still show.
 """
@@ -147,7 +147,7 @@ def _two_classes_per_batch(s: bs.Setup):
     return order
 
 
-HIDDEN_BUGS = {
+UNSEEN_BUGS = {
     ("data", "shuffled_targets"): _shuffled_targets,
     ("data", "noisy_leak"): _noisy_leak,
     ("model", "init_x6"): lambda s: bs._scaled_init(s, 6.0),
@@ -188,9 +188,9 @@ SHOWN_BY = {
     ("evaluate", "shuffled_targets"): ("evaluate", "rolled_targets"),  # targets apart from their inputs
     ("evaluate", "stale"): ("evaluate", "snapshot"),                  # an old model's loss
 }
-HIDDEN_TASK_BUGS = {
-    "digits": [k for k in HIDDEN_BUGS if k[1] != "scaled_targets"],
-    "regression": [k for k in HIDDEN_BUGS if k[1] != "label_smoothing"],
+UNSEEN_TASK_BUGS = {
+    "digits": [k for k in UNSEEN_BUGS if k[1] != "scaled_targets"],
+    "regression": [k for k in UNSEEN_BUGS if k[1] != "label_smoothing"],
 }
 SETTINGS = [dict(width=128, depth=1, dropout=0.0, data_seed=1), dict(width=48, depth=2, dropout=0.5, data_seed=2)]
 
@@ -201,7 +201,7 @@ def unseen_specs() -> list[dict]:
     dropout)."""
     specs = []
     for task in bs.TASKS:
-        for part, kind in HIDDEN_TASK_BUGS[task]:
+        for part, kind in UNSEEN_TASK_BUGS[task]:
             specs += [{"task": task, "part": part, "kind": kind, **setting} for setting in SETTINGS]
         for k, (part, kind) in enumerate(k for k in bs.TASK_BUGS[task] if k not in bs.ONCE):
             setting = SETTINGS[1] if kind == "train_mode" else SETTINGS[k % 2]
@@ -210,7 +210,7 @@ def unseen_specs() -> list[dict]:
 
 
 def make(spec: dict) -> bs.Setup:
-    return bs.make_setup(spec, HIDDEN_BUGS)
+    return bs.make_setup(spec, UNSEEN_BUGS)
 
 
 def shows_bug(spec: dict, seeds=(0, 1)) -> bool:
@@ -226,27 +226,20 @@ def shows_bug(spec: dict, seeds=(0, 1)) -> bool:
 
 
 def build(path: Path = UNSEEN_FILE) -> list[dict]:
-    """Check every unseen spec and store those whose bug shows; refuses if a part would be left with none."""
+    """Check every unseen spec and store those whose bug shows; refuses if a part would be left with none
+    (``python -m autograder.banks build setups``)."""
+    torch.set_num_threads(1)
     specs = unseen_specs()
     kept = [spec for spec in specs if shows_bug(spec)]
     missing = set(bs.PARTS) - {spec["part"] for spec in kept}
     if missing:
         raise SystemExit(f"no unseen setup of part(s) {sorted(missing)} shows its bug; change their settings")
     path.write_text(json.dumps({"version": 1, "specs": kept}, indent=0) + "\n")
+    dropped = [s for s in specs if s not in kept]
+    print(f"stored {len(kept)} of {len(specs)} unseen setups in {path}; left out: {dropped}")
     return kept
 
 
-def load_unseen() -> list[bs.Setup]:
+def unseen() -> list[bs.Setup]:
     """The grader's unseen setups (``build``'s specs), each with ``.part`` and ``.spec``."""
     return [make(spec) for spec in json.loads(UNSEEN_FILE.read_text())["specs"]]
-
-
-if __name__ == "__main__":
-    import sys
-
-    if sys.argv[1:] != ["build"]:
-        raise SystemExit("usage: python -m autograder.setups_check build   (check the unseen setups, store those that show)")
-    torch.set_num_threads(1)
-    made = build()
-    dropped = [s for s in unseen_specs() if s not in made]
-    print(f"stored {len(made)} of {len(unseen_specs())} unseen setups in {UNSEEN_FILE}; left out: {dropped}")

@@ -5,7 +5,7 @@ to 10 (every other hyper-parameter at its default), each run for the task's full
 bar lets a configuration's excess over the task's floor (``tuning.floor``: what no model can beat) be at most
 ``1 + MARGIN`` times the sweep's best excess (``trainkit.data.excess_bar``, lab 2's rule too): a ratio of whole
 losses was loose where the floor is high (the bigram LM's bar admitted learning rates a factor 100 apart). A
-configuration passes a task when the mean of its own runs on the same seeds is at most the bar. ``python -m autograder.tuning_check build`` runs the sweeps (a few
+configuration passes a task when the mean of its own runs on the same seeds is at most the bar. ``python -m autograder.banks build tuning`` runs the sweeps (a few
 minutes) and stores the visible tasks with their bars in trainkit/labs/lab04_optimizers/tuning_visible.json and the hidden ones in
 autograder/unseen/tuning_unseen.json, so grading never sweeps; tests/test_tuning.py re-runs a sample of each.
 
@@ -17,16 +17,15 @@ searches finds them. Instructor-only (the student edition leaves autograder/ out
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from trainkit.labs.lab04_optimizers import tuning
 from trainkit.data import excess_bar
 
-HIDDEN_FILE = Path(__file__).with_name("tuning_unseen.json")
+UNSEEN_FILE = Path(__file__).with_name("tuning_unseen.json")
 GRID = [10 ** (k / 4) for k in range(-24, 5)]        # 1e-6 ... 10, four per decade
 MARGIN = 0.30                                        # a pass: an excess over the floor at most 30 % above the best
-HIDDEN_SEEDS = (7, 8)                                # the grader's seeds; the visible tests use tuning.VISIBLE_SEEDS
+UNSEEN_SEEDS = (7, 8)                                # the grader's seeds; the visible tests use tuning.VISIBLE_SEEDS
 STEPS = 150
 
 
@@ -51,7 +50,7 @@ VISIBLE_SPECS = [
     _regression("regression, MLP 32 x 2, unit targets", 0, 16, 1.0, 32, 2, 32),
     _bigram("bigram LM, vocabulary 32", 0, 32, 128),
 ]
-HIDDEN_SPECS = [
+UNSEEN_SPECS = [
     _digits("digits, MLP 64 x 3, batch 24", 1, True, 1.0, 64, 3, 24),
     _digits("digits, MLP 48 x 2, pixels 0..16", 1, False, 1.0, 48, 2, 64),
     _digits("digits, linear, pixels 0..0.1", 1, False, 1 / 160, 0, 0, 32),
@@ -89,16 +88,10 @@ def build() -> None:
     for entry in visible:            # the student sees the bar, not where the sweep found it
         del entry["best_lr"]
     tuning.VISIBLE_JSON.write_text(json.dumps({"seeds": tuning.VISIBLE_SEEDS, "tasks": visible}, indent=1) + "\n")
-    hidden = with_bars(HIDDEN_SPECS, HIDDEN_SEEDS)
-    HIDDEN_FILE.write_text(json.dumps({"seeds": HIDDEN_SEEDS, "tasks": hidden}, indent=1) + "\n")
+    hidden = with_bars(UNSEEN_SPECS, UNSEEN_SEEDS)
+    UNSEEN_FILE.write_text(json.dumps({"seeds": UNSEEN_SEEDS, "tasks": hidden}, indent=1) + "\n")
 
 
-def load_hidden() -> list[dict]:
-    """The grader's hidden task specs, each with its ``"bar"`` per optimiser (graded on HIDDEN_SEEDS)."""
-    return json.loads(HIDDEN_FILE.read_text())["tasks"]
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] != ["build"]:
-        raise SystemExit("usage: python -m autograder.tuning_check build")
-    build()
+def unseen() -> list[dict]:
+    """The grader's hidden task specs, each with its ``"bar"`` per optimiser (graded on UNSEEN_SEEDS)."""
+    return json.loads(UNSEEN_FILE.read_text())["tasks"]

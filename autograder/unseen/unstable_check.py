@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from trainkit.labs.lab03_gradient_clipping.unstable_runs import RunSpec
 
-HIDDEN_SPECS = (
+UNSEEN_SPECS = (
     RunSpec("regression, SGD, loss x3000 growing 30x, wider", task="regression", optimizer="sgd", lr=0.03,
             loss_scale=3000, scale_drift=30, spikes=5, spike_factor=300, nonfinite=2, seed=21, data_seed=3, width=48),
     RunSpec("regression, AdamW, x0.0003, minibatch weights vary a lot", task="regression", optimizer="adamw", lr=3e-3,
@@ -42,6 +42,6 @@ HIDDEN_SPECS = (
 )
 
 
-def load_hidden() -> list[RunSpec]:
+def unseen() -> list[RunSpec]:
     """The grader's runs."""
-    return list(HIDDEN_SPECS)
+    return list(UNSEEN_SPECS)

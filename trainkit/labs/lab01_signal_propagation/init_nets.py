@@ -231,3 +231,8 @@ def judge(spec: dict, initialise: Callable[[nn.Module, torch.Tensor], None], see
         return (f"the short run went from validation loss {start:.3g} to {end:.3g} (must reach {target:.3g}, "
                 f"{RUN_TARGET:g} x log 10)")
     return ""
+
+
+def visible() -> list[dict]:
+    """The visible networks (specs for ``build_net``)."""
+    return list(VISIBLE_NETS)

@@ -333,3 +333,8 @@ VISIBLE_SPECS = (
     RunSpec("digits, SGD, loss x300, non-finite inputs only", task="digits", optimizer="sgd", lr=0.05,
             loss_scale=300, nonfinite=4, seed=10),
 )
+
+
+def visible() -> list[RunSpec]:
+    """The visible runs."""
+    return list(VISIBLE_SPECS)

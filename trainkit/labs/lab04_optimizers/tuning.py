@@ -212,11 +212,14 @@ def floor(spec: dict) -> float:
     return 0.0
 
 
-def load_visible_tasks() -> list[dict]:
+def visible() -> list[dict]:
     """The visible task specs, each with ``"best"`` (per optimiser, the best mean loss of a learning-rate sweep on
     VISIBLE_SEEDS), ``"floor"`` and ``"bar"``: the loss the graded run must reach at most, its excess over the floor
     at most 1.3 times the best one's (``trainkit.data.excess_bar``; see lab 4)."""
     return json.loads(VISIBLE_JSON.read_text())["tasks"]
+
+# The name the lab's text uses for this bank's visible() (one function, two names).
+load_visible_tasks = visible
 
 
 def graded_loss(spec: dict, optimizer: str, config: dict, seeds) -> float:

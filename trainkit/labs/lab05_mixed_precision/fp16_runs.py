@@ -391,7 +391,10 @@ VISIBLE_SPECS = [
 ]
 
 
-def load_visible_variants() -> list[Variant]:
+def visible() -> list[Variant]:
     """The visible variants, each with ``name`` (its kind) and ``spec`` (``spec["seed"]`` is the seed it is graded
     on)."""
     return [make_variant(spec) for spec in VISIBLE_SPECS]
+
+# The name the lab's text uses for this bank's visible() (one function, two names).
+load_visible_variants = visible

@@ -107,3 +107,21 @@ def _cut_short(rng, failures: np.ndarray, w: float, mtbf: float, p_fail: float) 
         big = failures[~small]
         out[~small] = big * mean + np.sqrt(big * var) * rng.standard_normal(len(big))
     return out
+
+
+# Exercise 6's visible settings (the grader's are others: autograder/unseen/preemption_check.py).
+VISIBLE_SETTINGS = [
+    FaultSetting("laptop demo run", steps=2000, step_s=0.05, save_s=0.02, restart_s=5, mtbf_s=3600),
+    FaultSetting("spot GPU", steps=20000, step_s=0.3, save_s=20, restart_s=120, mtbf_s=2400),
+    FaultSetting("big model on a cluster", steps=5000, step_s=4, save_s=300, restart_s=600, mtbf_s=10800),
+    FaultSetting("preemptible CPU", steps=3000, step_s=0.5, save_s=1, restart_s=10, mtbf_s=300),
+    FaultSetting("short run, slow save", steps=1000, step_s=0.2, save_s=60, restart_s=30, mtbf_s=3600),
+    FaultSetting("slow steps, cheap save", steps=400, step_s=10, save_s=2, restart_s=60, mtbf_s=600),
+    FaultSetting("huge save", steps=10000, step_s=1, save_s=900, restart_s=900, mtbf_s=36000),
+    FaultSetting("rarely fails", steps=50000, step_s=0.1, save_s=5, restart_s=60, mtbf_s=604800),
+]
+
+
+def visible() -> list[FaultSetting]:
+    """Exercise 6's visible settings."""
+    return list(VISIBLE_SETTINGS)
