@@ -16,7 +16,7 @@ PORT ?= 8888
 # Jupyter refuses to run as root unless told to (containers and CI machines often are root).
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: hub lab test lint test-notebooks test-portability test-gpu gpu-wheels labs grade install normalize clean-grading help my-work reset-lab exercises validate student-edition site check-pythons
+.PHONY: hub lab test lint regrade release-regrade canvas lms-csv items similarity test-notebooks test-portability test-gpu gpu-wheels labs grade install normalize clean-grading help my-work reset-lab exercises validate student-edition site check-pythons
 
 help:
 	@echo "For students (work in my-work/, never in labs/):"
@@ -34,6 +34,12 @@ help:
 	@echo "make labs   regenerate labs/ from solutions/; stops, overwriting nothing, if a file in labs/ was edited by hand (FORCE=1 overwrites)"
 	@echo "make student-edition  build the student edition (no solutions, hidden tests or grading tools) into build/student-edition/ (EDITION=dir, ARCHIVE=1 adds a .tar.gz)"
 	@echo "make grade  autograde submitted/<student>/<assignment>/ (JOBS at once, sandboxed without root), write feedback/ and grades/grades.csv"
+	@echo "Running a term (docs/term.md; due dates, late policy and extensions: term.toml, from term.example.toml):"
+	@echo "make regrade LAB=05 REASON='...'  regrade a lab after its tests changed: keeps manual grades, writes a diff, releases nothing"
+	@echo "make release-regrade LAB=05  release the feedback the lab's latest regrade changed"
+	@echo "make canvas ROSTER=roster.csv ASSIGNMENTS=assignments.csv  the grades as a Canvas gradebook import (ALLOW_MISSING=1); make lms-csv: a plain CSV"
+	@echo "make items  item analysis of the graded labs: grades/items/index.html"
+	@echo "make similarity LAB=02  pairs of submissions whose answers are unusually alike: evidence to read, never a grade"
 	@echo "make hub    (as root) JupyterHub for a class on this Linux server: sudo make hub STUDENTS=\"ann bob\" INSTRUCTORS=\"cy\" (PAM; to try it: AUTH=shared asks for a students' and an instructors' password, or HUB_PASSWORD_FILE=<root-only file>; Submit: KEEP_SUBMISSIONS=5 MAX_SUBMISSION_MB=20)"
 	@echo "make test-gpu  on a CUDA GPU, every topic in one timed run (about 8 minutes; notebooks at GPU sizes, tests/test_gpu.py, grading, the capstone, the speed tables): results in build/gpu-check/ (OUT=dir); without a GPU it says so and does nothing"
 	@echo "make gpu-wheels  the wheelhouse .whl/ that benchmarks/gpu_check.sh installs on a GPU machine with torch but no package index"
@@ -76,6 +82,7 @@ exercises: install
 
 validate: my-work
 	@test -n "$(wildcard my-work/$(LAB)*/*.ipynb)" || { echo "no lab in my-work/ matches LAB=$(LAB)"; exit 2; }
+	@for f in $(sort $(wildcard labs/$(LAB)*/DUE.md)); do head -n 1 "$$f"; done
 	$(BIN)/nbgrader validate $(sort $(wildcard my-work/$(LAB)*/*.ipynb))
 
 lab: my-work
@@ -140,6 +147,36 @@ student-edition: install
 # says why. UNSANDBOXED=1 grades anyway, each submission's code with your rights: never for a class.
 grade: install
 	$(BIN)/python -m autograder.grade --jobs $(JOBS) $(if $(UNSANDBOXED),--no-sandbox)
+
+# Instructor, running a term (docs/term.md): the course file term.toml (format: term.example.toml) holds due dates, the
+# late policy and extensions, which make grade and make labs apply. The rest reads the graded gradebook.
+# Regrade one lab with its tests as they are now: keeps grades given by hand, writes grades/regrade-<lab>-<time>/ and
+# a note in changed feedback; releases nothing until make release-regrade.
+regrade: install
+	@test -n "$(LAB)" -a -n "$(REASON)" || { echo "say which lab and why: make regrade LAB=05 REASON='...'"; exit 2; }
+	$(BIN)/python -m autograder.term.regrade $(LAB) --reason "$(REASON)" --jobs $(JOBS) $(if $(UNSANDBOXED),--no-sandbox)
+
+release-regrade: install
+	@test -n "$(LAB)" || { echo "say which lab: make release-regrade LAB=05"; exit 2; }
+	$(BIN)/python -m autograder.term.regrade $(LAB) --release $(DIR)
+
+# The grades as a Canvas gradebook import (ROSTER=roster.csv, ASSIGNMENTS=assignments.csv, ALLOW_MISSING=1), or a
+# plain CSV for any other LMS.
+canvas: install
+	@test -n "$(ROSTER)" || { echo "say where the roster is: make canvas ROSTER=roster.csv ASSIGNMENTS=assignments.csv"; exit 2; }
+	$(BIN)/python -m autograder.term.canvas --roster $(ROSTER) $(if $(ASSIGNMENTS),--assignments $(ASSIGNMENTS)) $(if $(ALLOW_MISSING),--allow-missing)
+
+lms-csv: install
+	$(BIN)/python -m autograder.term.canvas --plain
+
+# Item analysis of the graded labs (grades/items/index.html), and the pairs of one lab's submissions whose answers are
+# unusually alike (grades/similarity/<lab>/): evidence for a person to read, never a grade.
+items: install
+	$(BIN)/python -m autograder.term.items
+
+similarity: install
+	@test -n "$(LAB)" || { echo "say which lab: make similarity LAB=02"; exit 2; }
+	$(BIN)/python -m autograder.term.similarity $(LAB) $(if $(OUT),--out $(OUT))
 
 # Instructor, on a Linux server, as root: JupyterHub for a class (publish/hub.py; docs/hub.md, "Run the course for a
 # class"). The checkout's .venv is built as the account that owns the checkout (the grader), never as root.

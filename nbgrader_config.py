@@ -4,6 +4,7 @@ import os
 from autograder.feedback import (BOOTSTRAP_CSS, NBGRADER_TEMPLATES, TEMPLATES, CsvWithPending, FeedbackExporter,
                                  FeedbackLabels)
 from autograder.preprocessors import SafeExecute, StderrToStdout
+from autograder.term.policy import TermLatePenalty
 from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, GetGrades, LimitOutput, SaveAutoGrades
 from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
 
@@ -47,6 +48,11 @@ c.Autograde.autograde_preprocessors = [
     AssignLatePenalties,
     CheckCellMetadata,
 ]
+# Due dates, the late policy and extensions: the course file term.toml (format: term.example.toml,
+# docs/term_policy.md). `make grade` writes its due dates and each student's deadline into the gradebook, and
+# AssignLatePenalties asks this plugin for the penalty; without the file, no penalty (nbgrader's default).
+c.AssignLatePenalties.plugin_class = TermLatePenalty
+c.TermLatePenalty.course_file = os.path.join(HERE, "term.toml")
 
 # Feedback (`make grade`, `nbgrader generate_feedback`, the Formgrader's button; autograder/feedback.py): nbgrader's
 # pipeline and template, plus each test cell named by its exercise, "awaiting grading" instead of 0 for an answer
@@ -58,5 +64,6 @@ c.FeedbackExporter.template_name = "course_feedback"
 c.FeedbackExporter.extra_template_basedirs = [TEMPLATES, NBGRADER_TEMPLATES]
 c.FeedbackExporter.extra_template_paths = [NBGRADER_TEMPLATES, BOOTSTRAP_CSS]  # nbgrader's template, its CSS
 c.FeedbackLabels.show_hidden_tests = False
+c.FeedbackLabels.course_file = os.path.join(HERE, "term.toml")   # the feedback's line on due date and lateness
 # grades.csv (`make grade`, `nbgrader export`): nbgrader's columns plus manual_grading ("pending" or empty).
 c.ExportApp.plugin_class = CsvWithPending

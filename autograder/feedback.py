@@ -5,6 +5,9 @@
   "calculate_gain — leaky_relu", "+ hidden tests" when it has some), marks every grade that still awaits
   manual grading, and leaves out the source of hidden tests (their results and messages stay) unless
   ``FeedbackLabels.show_hidden_tests`` is True (``nbgrader generate_feedback --FeedbackLabels.show_hidden_tests=True``).
+  It also says when the lab was due (with the student's extension and late days), when the exchange recorded the
+  submission, how late it was and what that cost (``autograder.term.policy.lateness_note``, from the gradebook and
+  the course file ``FeedbackLabels.course_file``).
 - ``FeedbackExporter``, the HTML exporter of generate_feedback, whose template (``templates/course_feedback``,
   built on nbgrader's own feedback template) shows those labels, and "awaiting grading" instead of a score of 0
   for a written answer nobody has graded yet. It is a ``MathMLExporter``: formulas in markdown (``$...$``,
@@ -31,6 +34,8 @@ from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.plugins.export import CsvExportPlugin
 from nbconvert.preprocessors import Preprocessor
 from traitlets import Bool, Unicode, default
+
+from autograder.term import policy
 
 TEMPLATES = str(Path(__file__).resolve().parent / "templates")
 _FORMGRADER = os.path.join(os.path.dirname(nbgrader.__file__), "server_extensions", "formgrader")
@@ -61,6 +66,7 @@ class FeedbackLabels(Preprocessor):
     show_hidden_tests = Bool(False, help="Show the source of hidden tests in the feedback (their results are "
                                          "always shown).").tag(config=True)
     hidden_placeholder = Unicode(HIDDEN_PLACEHOLDER, help="What replaces hidden tests in the feedback.").tag(config=True)
+    course_file = Unicode("", help="The course file (term.toml), for the line on due date and lateness.").tag(config=True)
 
     def preprocess(self, nb, resources):
         info = resources["nbgrader"]
@@ -70,6 +76,8 @@ class FeedbackLabels(Preprocessor):
                 self._pending = {g.name: bool(g.needs_manual_grade) for g in notebook.grades}
             except MissingEntry:
                 self._pending = {}
+            term = policy.load_file(self.course_file) if self.course_file else None
+            info["lateness"] = policy.lateness_note(gb, info.get("student"), info.get("assignment"), term)
             nb, resources = super().preprocess(nb, resources)
         pending = [c.metadata.nbgrader for c in nb.cells if c.metadata.get("nbgrader", {}).get("pending")]
         info["pending_points"] = float(sum(m.get("points") or 0 for m in pending))

@@ -14,6 +14,10 @@ The results are then written into the course gradebook one submission at a time 
 concurrently), the autograded notebooks copied to ``autograded/``, feedback HTML written to ``feedback/``,
 a grades CSV to ``grades/grades.csv`` (nbgrader's export format), and a table printed.
 
+Due dates, late penalties and extensions come from the course file, term.toml (autograder/term/policy.py): it is
+written into the course gradebook before grading and again after, so every penalty it affects is recomputed; a
+malformed course file stops it before anything is graded.
+
 Regrading keeps manual grades: a written answer that a grader already scored, and that the student has not
 changed since, keeps its score and is not flagged for manual grading again.
 
@@ -22,11 +26,12 @@ was decides its grade: a submission that cannot be graded (not a notebook, no no
 limit) scores 0 until it is fixed; a failure of the grader's own (a kernel that could not start, a file it could
 not write, a full disk, a worker that died) never costs a grade: the previous grade and feedback are kept as they
 were, and the table says so. Exit status: 0 if every submission was graded, 1 if some failed, 2 if there was
-nothing to grade, 3 if it graded nothing because no sandbox could be made.
+nothing to grade or the course file is malformed, 3 if it graded nothing because no sandbox could be made.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import re
 import shutil
@@ -41,7 +46,8 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import challenge_check, sandbox
+from autograder import lending, sandbox
+from autograder.term import policy
 
 # Assignments are generated into this scratch release folder (not labs/) so grading never rewrites
 # the committed student notebooks; the gradebook gets the same cells and checksums either way.
@@ -129,6 +135,8 @@ def make_template(course: Path, assignment: str, batch: Path, logs: Path) -> Pat
     template = batch / "templates" / assignment
     (template / "solutions").mkdir(parents=True)
     shutil.copy(course / CONFIG, template / CONFIG)
+    if (course / policy.COURSE_FILE).is_file():     # the late policy, read by nbgrader's AssignLatePenalties
+        shutil.copy(course / policy.COURSE_FILE, template / policy.COURSE_FILE)
     with open(template / CONFIG, "a", encoding="utf-8") as config:
         config.write(SCRATCH_GRADEBOOK)
     shutil.copytree(course / "solutions" / assignment, template / "solutions" / assignment)
@@ -219,9 +227,14 @@ class Result:
 
 
 def grade_one(course: Path, template: Path, batch: Path, key: str, student: str, assignment: str, *, logs: Path,
-              cell_timeout: int | None, wall_timeout: int, limits: sandbox.Limits, isolate: bool) -> Result:
+              cell_timeout: int | None, wall_timeout: int, limits: sandbox.Limits, isolate: bool,
+              extension=None) -> Result:
     scratch = batch / "subs" / key
     shutil.copytree(template, scratch)
+    if extension:     # this student's own deadline (extension, late days): nbgrader's penalty counts from it
+        with gradebook(scratch) as gb:
+            gb.update_or_create_student(student)
+            gb.update_or_create_submission(assignment, student, extension=extension)
     shutil.copytree(course / "submitted" / student / assignment, scratch / "submitted" / student / assignment)
     grader_dir = scratch / ".grader"
     for d in ("home", "runtime", "challenge"):
@@ -278,8 +291,9 @@ def grade_one(course: Path, template: Path, batch: Path, key: str, student: str,
             result.error, result.graders_fault = graders, True
     if not result.error:
         _read_results(result)
-    if not result.error:     # lab 8's challenge: its cells earn at most what the grader's own scoring of the weights gives
-        challenge_check.apply(result, scratch / ".grader" / "challenge")
+    if not result.error:     # e.g. lab 8's challenge: its cells earn at most what the grader's own scoring gives
+        for after_grading in lab_hooks("after_grading"):
+            after_grading(result, scratch / ".grader" / "challenge")
     return result
 
 
@@ -570,6 +584,35 @@ def remove_leftover_batches(tmp: Path | None = None) -> list[Path]:
     return removed
 
 
+# A lab whose grading needs more than its test cells says so in its grader's module (autograder/unseen/) with any of
+# these functions, so that this pipeline names no lab (lab 8's challenge: a trusted re-scoring and a leaderboard):
+#   after_grading(result, grader_dir)        adjust a graded Result before it is merged (in the grading worker)
+#   forget_submission(course, student, lab)  a submission that scored 0 for its own fault
+#   after_batch(course) -> str | None        once per make grade, under the course lock; a line to print
+LAB_HOOKS = ("after_grading", "forget_submission", "after_batch")
+
+
+def lab_hooks(name: str) -> list:
+    """The functions called ``name`` (one of LAB_HOOKS) of the grader's modules that define one. A module's text is
+    read first, so that modules without hooks are not imported into every grading worker."""
+    assert name in LAB_HOOKS, name
+    found = []
+    for module in sorted(lending.SECRET_MODULES):
+        if f"\ndef {name}(" in (lending.unseen_dir() / f"{module}.py").read_text(encoding="utf-8"):
+            found.append(getattr(importlib.import_module(f"autograder.{module}"), name))
+    return found
+
+
+def sync_term(course: Path, term) -> dict:
+    """The course file's due dates, deadlines and late penalties written into the course gradebook
+    (autograder/term/policy.py); nothing without a course file."""
+    if term is None:
+        return {}
+    read_alembic_head_in_process()
+    with shared_course_lock(course), gradebook(course) as gb:
+        return policy.sync(gb, term, course)
+
+
 def shard_spec(text: str) -> tuple[int, int]:
     try:
         shard, shards = (int(part) for part in text.split("/"))
@@ -622,6 +665,12 @@ def main(argv: list[str] | None = None) -> int:
     if not isolate:
         print("note: grading without isolation (--no-sandbox): submissions run with your rights and network access")
     limits = sandbox.Limits(memory_gb=args.memory_gb)
+    try:
+        term = policy.load(course)
+    except policy.TermFileError as exc:
+        print(f"make grade stopped, nothing was graded: {exc}", file=sys.stderr)
+        return 2
+    deadlines = sync_term(course, term)     # due dates, extensions, late days into the gradebook: before grading
 
     failed: dict[tuple[str, str], str] = {}  # (student, assignment) -> why
     remove_leftover_batches()
@@ -650,7 +699,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grading {len(todo)} submission(s), {args.jobs} at a time ...", flush=True)
         tasks = [dict(course=course, template=templates[a], batch=batch, key=f"{i:05d}", student=s, assignment=a,
                       logs=logs, cell_timeout=args.cell_timeout, wall_timeout=args.submission_timeout, limits=limits,
-                      isolate=isolate) for i, (s, a) in enumerate(todo)]
+                      isolate=isolate, extension=deadlines[s, a].moved_by if (s, a) in deadlines else None)
+                 for i, (s, a) in enumerate(todo)]
         for result in graded_in_workers(tasks, args.jobs):
             key = (result.student, result.assignment)
             if result.error and result.graders_fault:
@@ -658,7 +708,8 @@ def main(argv: list[str] | None = None) -> int:
             elif result.error:
                 failed[key] = f"{result.error}; log: {result.log}"
                 record_failure(course, *key)
-                challenge_check.forget(course, *key)
+                for forget_submission in lab_hooks("forget_submission"):
+                    forget_submission(course, *key)
             else:
                 try:
                     merge(course, result)
@@ -670,6 +721,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(batch, ignore_errors=True)
 
+    # Every penalty the course file affects, on the grades now in (manual ones included), before feedback and CSV.
+    sync_term(course, term)
     # Feedback after every grade is in (it shows manual grades too), one submission per task, ``--jobs`` at a time.
     graded = [(s, a) for s, a in subs if a in templates and (s, a) not in failed]
     for (student, assignment), ok in zip(graded, in_workers(feedback_one, [
@@ -682,7 +735,7 @@ def main(argv: list[str] | None = None) -> int:
     csv = course / "grades" / "grades.csv"
     with shared_course_lock(course):
         exported = export_grades(course, csv, log=logs / "export.log")
-        board = challenge_check.write_leaderboard(course)
+        notes = [note for after_batch in lab_hooks("after_batch") if (note := after_batch(course))]
     if not exported:
         print(f"warning: {csv} was not written, see {logs / 'export.log'}")
 
@@ -698,8 +751,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{len(pending)} submission(s) await manual grading (Formgrader); then `make grade` again "
               "refreshes feedback and the CSV (manual grades are kept).")
     print(f"\nfeedback: {course / 'feedback'}\ngrades:   {csv}\nlogs:     {logs}")
-    if board is not None:
-        print(f"lab 8 challenge leaderboard: {board} (and .html)")
+    for note in notes:
+        print(note)
     return 1 if failed else 0
 
 

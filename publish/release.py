@@ -9,6 +9,10 @@ wrote (a record in .labs_generated.json, git-ignored), or exactly what solutions
 by generating the suspicious assignments into a temporary folder). Anything else is a person's edit
 (a student who filled in a lab in place, an instructor who fixed a typo in the release instead of the
 source): the command stops, names the files and says how to proceed, and overwrites nothing.
+
+With a course file (term.toml, autograder/term/policy.py), each released lab it lists also gets DUE.md: its due date
+and the late policy, the same for every student (no extension), which ships with the lab and which `make validate`
+prints. A malformed course file stops it before anything is generated.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from autograder.term import policy
 from trainkit import workspace
 from trainkit.workspace import sha256
 
@@ -90,6 +95,10 @@ def hand_edited(course: Path | str) -> list[Path]:
             proc = _generate(scratch, present, capture=True)
             if proc.returncode != 0:
                 raise SystemExit(f"make labs: nbgrader could not generate {present} for the check:\n{proc.stderr[-3000:]}")
+            term = policy.load(course)    # and the due notes make labs writes beside them
+            for name in present:
+                if term is not None and name in term.due:
+                    (scratch / RELEASE / name / policy.DUE_NOTE).write_text(policy.due_note(term, name), encoding="utf-8")
         return [rel for rel in suspects
                 if not (scratch / rel).is_file() or (scratch / rel).read_bytes() != (course / rel).read_bytes()]
 
@@ -112,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="overwrite hand-edited files in labs/ too")
     args = parser.parse_args(argv)
     course = Path(args.course_dir)
+    try:
+        policy.load(course)
+    except policy.TermFileError as exc:
+        print(f"make labs stopped, nothing was generated: {exc}", file=sys.stderr)
+        return 2
     if not args.force:
         edited = hand_edited(course)
         if edited:
@@ -120,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     proc = _generate(course, "*", capture=False)
     if proc.returncode != 0:
         return proc.returncode
+    policy.write_due_notes(course, RELEASE)
     (course / RECORD).write_text(json.dumps({rel.as_posix(): sha256(course / rel)
                                              for rel in released_files(course)}, indent=1) + "\n")
     return 0

@@ -162,7 +162,7 @@ def test_apply_keeps_a_cells_points_only_where_the_trusted_score_reaches_its_ban
     run_dir = tmp_path / "honest-runs"
     run_dir.mkdir()
     challenge.run_entry((SHORT, Trainer), SEED, save_to=run_dir / challenge_check.RUN_FILE)
-    challenge_check.apply(honest, run_dir)
+    challenge_check.after_grading(honest, run_dir)
     # 20 steps learn little: the trusted score misses every band, whatever the kernel claimed
     assert honest.grades == {**kernel_says, (nb, "test_challenge_entry__learns"): (0.0, False),
                              (nb, "test_challenge_entry__preset"): (0.0, False), (nb, "test_challenge_entry__tuned"): (0.0, False)}
@@ -170,7 +170,7 @@ def test_apply_keeps_a_cells_points_only_where_the_trusted_score_reaches_its_ban
     assert record["status"] == "verified" and record["val_loss"] > challenge.BANDS["learns"]
 
     missing = _result(tmp_path, "missing", kernel_says)
-    challenge_check.apply(missing, tmp_path / "nothing-here")
+    challenge_check.after_grading(missing, tmp_path / "nothing-here")
     assert missing.grades[nb, "test_challenge_entry__learns"] == (0.0, False) and missing.grades[nb, "test_other"] == (1.0, False)
 
     record = {"status": "verified", "val_loss": challenge.BANDS["preset"]}
@@ -290,7 +290,7 @@ def test_no_feedback_record_or_leaderboard_names_the_seed(tmp_path, monkeypatch)
 
     nb = challenge_check.ASSIGNMENT
     result = _result(tmp_path, "ann", {(nb, cell): (1.0, False) for cell in challenge_check.CELLS})
-    challenge_check.apply(result, run_dir)
+    challenge_check.after_grading(result, run_dir)
     record_file = result.scratch / "autograded" / "ann" / nb / challenge_check.RECORD
     assert json.loads(record_file.read_text())["status"] == "verified", "the cells' run is the one the grader scores"
     course = tmp_path / "course"

@@ -248,3 +248,17 @@ def test_a_snooping_submission_finds_the_answers_to_the_visible_runs_only():
         assert len(first_bands) == 2
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_grading_pipeline_names_no_lab():
+    """autograder/grade.py imports none of the grader's per-lab modules: a lab that needs more than its test cells
+    (lab 8's challenge) plugs in through grade.LAB_HOOKS, which are found in the modules themselves."""
+
+    from autograder import grade
+
+    tree = ast.parse(Path(grade.__file__).read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
+    imported |= {alias.name.split(".")[-1] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                 for alias in node.names}
+    assert not imported & set(lending.SECRET_MODULES), imported & set(lending.SECRET_MODULES)
+    assert {f.__name__ for name in grade.LAB_HOOKS for f in grade.lab_hooks(name)} == set(grade.LAB_HOOKS)

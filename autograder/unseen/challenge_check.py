@@ -164,7 +164,7 @@ def reaches(record: dict, band: str) -> bool:
     return record.get("status") == "verified" and record["val_loss"] <= BANDS[band]
 
 
-def apply(result, challenge_dir: Path) -> None:
+def after_grading(result, challenge_dir: Path) -> None:
     """Cap the challenge cells of a graded ``autograder.grade.Result`` at what the trusted score earns: a cell keeps
     its points only where the grader's own scoring of the re-run's weights reaches the cell's band."""
     cells = {key: CELLS[key[1]] for key in result.grades if key[1] in CELLS}
@@ -182,7 +182,7 @@ def apply(result, challenge_dir: Path) -> None:
     result.grader_files.append(RECORD)     # the course keeps it (grade.copy_graded): the grader wrote it, not the kernel
 
 
-def forget(course: Path, student: str, assignment: str) -> None:
+def forget_submission(course: Path, student: str, assignment: str) -> None:
     """A submission that scored 0 for its own fault: its earlier verified run leaves the leaderboard."""
     (course / "autograded" / student / assignment / RECORD).unlink(missing_ok=True)
 
@@ -237,3 +237,9 @@ def write_leaderboard(course: Path) -> Path | None:
         f"graded, so the seed is unpublished, not unknowable. Bands: {bands}.</p>"
         f"<table><tr>{head}</tr>\n{body}</table></body></html>\n", encoding="utf-8")
     return out / "challenge_leaderboard.csv"
+
+
+def after_batch(course: Path) -> str | None:
+    """Once per ``make grade``: the class leaderboard from the verified records (a line to print, or None)."""
+    board = write_leaderboard(course)
+    return None if board is None else f"lab 8 challenge leaderboard: {board} (and .html)"

@@ -1,0 +1,1 @@
+"""Running a term: deadlines and late policy, LMS export, item analysis, regrade, similarity (instructor-only)."""
