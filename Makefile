@@ -11,10 +11,6 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export WANDB_MODE ?= offline
 # Parallel workers for pytest-xdist and for make grade: one per core (CI machines have 2).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
-# JupyterLab's port: `make lab PORT=8890` when 8888 is taken.
-PORT ?= 8888
-# Jupyter refuses to run as root unless told to (containers and CI machines often are root).
-ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: hub lab test lint regrade release-regrade canvas lms-csv items similarity test-notebooks test-portability test-gpu gpu-wheels labs grade install normalize clean-grading help my-work reset-lab exercises validate student-edition site check-pythons
 
@@ -37,7 +33,8 @@ help:
 	@echo "Running a term (docs/term.md; due dates, late policy and extensions: term.toml, from term.example.toml):"
 	@echo "make regrade LAB=05 REASON='...'  regrade a lab after its tests changed: keeps manual grades, writes a diff, releases nothing"
 	@echo "make release-regrade LAB=05  release the feedback the lab's latest regrade changed"
-	@echo "make canvas ROSTER=roster.csv ASSIGNMENTS=assignments.csv  the grades as a Canvas gradebook import (ALLOW_MISSING=1); make lms-csv: a plain CSV"
+	@echo "make canvas ROSTER=roster.csv ASSIGNMENTS=assignments.csv  the grades as a Canvas gradebook import (ALLOW_MISSING=1)"
+	@echo "make lms-csv  the grades as a plain CSV, for any other LMS"
 	@echo "make items  item analysis of the graded labs: grades/items/index.html"
 	@echo "make similarity LAB=02  pairs of submissions whose answers are unusually alike: evidence to read, never a grade"
 	@echo "make hub    (as root) JupyterHub for a class on this Linux server: sudo make hub STUDENTS=\"ann bob\" INSTRUCTORS=\"cy\" (PAM; to try it: AUTH=shared asks for a students' and an instructors' password, or HUB_PASSWORD_FILE=<root-only file>; Submit: KEEP_SUBMISSIONS=5 MAX_SUBMISSION_MB=20)"
@@ -67,28 +64,8 @@ install: $(STAMP)
 # Under make hub it is a link to the hub's exchange (root's, already 1777): left as it is.
 	@test -L .nbgrader_exchange || { mkdir -p .nbgrader_exchange && chmod 1777 .nbgrader_exchange; }
 
-# Students' own copies of the labs: each released lab is copied once into my-work/ (git-ignored); an
-# existing copy is never written to (trainkit/workspace.py). The student edition's Makefile does the same.
-my-work: install
-	$(BIN)/python -m trainkit.workspace sync
-
-reset-lab: install
-	@test -n "$(LAB)" || { echo "say which lab: make reset-lab LAB=03_gradient_clipping [EXERCISE=clip_grad_norm]"; exit 2; }
-	$(BIN)/python -m trainkit.workspace reset $(LAB) $(EXERCISE)
-
-exercises: install
-	@test -n "$(LAB)" || { echo "say which lab: make exercises LAB=03"; exit 2; }
-	$(BIN)/python -m trainkit.workspace exercises $(LAB)
-
-validate: my-work
-	@test -n "$(wildcard my-work/$(LAB)*/*.ipynb)" || { echo "no lab in my-work/ matches LAB=$(LAB)"; exit 2; }
-	@for f in $(sort $(wildcard labs/$(LAB)*/DUE.md)); do head -n 1 "$$f"; done
-	$(BIN)/nbgrader validate $(sort $(wildcard my-work/$(LAB)*/*.ipynb))
-
-lab: my-work
-	@echo "Starting JupyterLab: open the http://127.0.0.1:$(PORT)/lab?token=... URL printed below; your labs are in my-work/."
-	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --ServerApp.port_retries=0 \
-	  --ServerApp.root_dir=$(CURDIR) --LabApp.news_url=None $(ALLOW_ROOT)
+# The students' targets (my-work, lab, reset-lab, exercises, validate), shared with the student edition.
+include publish/student_edition/student.mk
 
 # The solution notebooks run under nbgrader itself there (tests/test_autograder.py: full marks outside one planted bug,
 # and no cell it cannot reach fails), so nbval runs the lessons; `make test-notebooks` runs both (CI: on another

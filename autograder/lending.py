@@ -28,7 +28,8 @@ from shutil import rmtree
 # module (autograder.<name>, from <name>.py) -> the data files it reads next to it (<stem>_unseen.json for
 # <stem>_check.py). tests/test_lending.py checks that every module a hidden test imports, except the check helpers and
 # this one, lives there.
-def _secret_modules(folder: Path | None = None) -> dict[str, tuple[str, ...]]:
+def secret_modules(folder: Path | None = None) -> dict[str, tuple[str, ...]]:
+    """Read now: a data file written since this module was imported (a course's challenge seed) is in it."""
     folder = folder or unseen_dir()
     out = {}
     for module in sorted(folder.glob("*.py")):
@@ -43,7 +44,9 @@ def unseen_dir() -> Path:
     return Path(autograder.UNSEEN_DIR).resolve()
 
 
-SECRET_MODULES = _secret_modules()    # read outside the sandbox; in it the folder is empty
+# The names are fixed at import; their data files may not be (the challenge seed is drawn on first use): ask
+# secret_modules() for those.
+SECRET_MODULES = secret_modules()    # read outside the sandbox; in it the folder is empty
 _IMPORT = re.compile(r"^\s*(?:from\s+autograder\.(\w+)\s+import|import\s+autograder\.(\w+))", re.M)
 _LENT: dict[str, Path] = {}    # in the kernel: module name -> the folder it was lent from
 _ASIDE: dict = {}              # in the kernel, while a module is lent: IPython's event callbacks, the trace and profile
@@ -64,7 +67,7 @@ def lend_code(modules: list[str], folder: Path | None = None) -> str:
     """The hidden cell the grader runs before a test cell that imports ``modules``: read here (outside the sandbox),
     handed to the kernel's ``lend``."""
     folder = folder or unseen_dir()
-    secret = _secret_modules(folder)    # now: a data file written since this module was imported (a course's seed) too
+    secret = secret_modules(folder)    # now: a data file written since this module was imported (a course's seed) too
     files = {f: (folder / f).read_text(encoding="utf-8")
              for name in modules for f in (f"{name}.py", *secret[name])}
     return f"import autograder.lending as _grader_lending\n_grader_lending.lend({list(modules)!r}, {files!r})"

@@ -26,12 +26,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from trainkit.device import pick_device  # noqa: E402
-from trainkit.models import GPTConfig, TinyGPT  # noqa: E402
+from trainkit.models import TinyGPTConfig, TinyGPT  # noqa: E402
 from trainkit.precision import cuda_peak_bytes, saved_tensor_bytes, time_per_call  # noqa: E402
 
 CONFIGS = {  # (model config, batch size) per device type
-    "cpu": (GPTConfig(vocab_size=256, block_size=128, n_layer=4, n_head=4, n_embd=128), 8),
-    "cuda": (GPTConfig(vocab_size=4096, block_size=512, n_layer=8, n_head=12, n_embd=768), 16),
+    "cpu": (TinyGPTConfig(vocab_size=256, block_size=128, n_layer=4, n_head=4, n_embd=128), 8),
+    "cuda": (TinyGPTConfig(vocab_size=4096, block_size=512, n_layer=8, n_head=12, n_embd=768), 16),
 }
 
 
@@ -52,7 +52,7 @@ def set_tf32(on: bool) -> None:
     torch.backends.cudnn.conv.fp32_precision = "tf32" if on else "ieee"
 
 
-def make_step(cfg: GPTConfig, batch: int, device: torch.device, dtype: torch.dtype | None, use_scaler: bool):
+def make_step(cfg: TinyGPTConfig, batch: int, device: torch.device, dtype: torch.dtype | None, use_scaler: bool):
     """A model, its optimizer and a closure running one full training step on a fixed batch."""
     torch.manual_seed(0)
     model = TinyGPT(cfg).to(device)

@@ -126,7 +126,7 @@ def baseline(precision: str, compile_: bool, device, size: str = "tiny", steps: 
              model_kind: str = "gpt2") -> dict:
     """A minimal standard GPT training step (see the module doc); returns a row with its step function."""
     from trainkit.capstone.gpt import GPT
-    from trainkit.models import GPTConfig as BaseConfig, TinyGPT
+    from trainkit.models import TinyGPT, TinyGPTConfig as BaseConfig
 
     torch.manual_seed(0)
     preset = SIZES[size]()

@@ -203,6 +203,7 @@ def plan(root: Path = ROOT) -> dict[str, Path | str]:
     files["README.md"] = ((TEMPLATES / "README.md").read_text()
                           .replace("{{CONTENTS}}", contents_table(root)).replace("{{PYTHON}}", python))
     files["Makefile"] = TEMPLATES / "Makefile"
+    files["student.mk"] = TEMPLATES / "student.mk"
     files[".gitignore"] = TEMPLATES / "gitignore"
     files["pyproject.toml"] = student_pyproject(root)
     files["environment.yml"] = student_environment(root)

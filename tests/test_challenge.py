@@ -230,7 +230,7 @@ def test_the_seed_is_lent_with_the_module_and_a_lent_copy_never_draws_one():
     """What a challenge test cell gets at grading (autograder/lending.py): the module and the course's seed file, in a
     temporary folder of the kernel. Without the file, the lent copy refuses rather than grade on a seed of its own."""
     name = "autograder.challenge_check"
-    assert lending.SECRET_MODULES["challenge_check"] == (challenge_check.SEED_FILE,)
+    assert lending.secret_modules()["challenge_check"] == (challenge_check.SEED_FILE,)
     code = lending.lend_code(["challenge_check"])
     assert challenge_check.SEED_FILE in code
     source = Path(challenge_check.__file__).read_text(encoding="utf-8")

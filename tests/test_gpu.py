@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from trainkit.models import GPTConfig, TinyGPT, mlp
+from trainkit.models import TinyGPTConfig, TinyGPT, mlp
 from trainkit.precision import cuda_peak_bytes, saved_tensor_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,7 +137,7 @@ def test_memory_held_after_an_adamw_step_matches_16_bytes_per_parameter():
     assert abs(held - est) <= 0.03 * est, f"held {held:,} B after the step vs estimate {est:,} B (16 B/param)"
 
 
-def _peak_of_a_step(cfg: GPTConfig, batch: int, mode: str) -> tuple[int, int]:
+def _peak_of_a_step(cfg: TinyGPTConfig, batch: int, mode: str) -> tuple[int, int]:
     """(measured peak bytes of one training step, estimate = state + cast copies + saved activations)."""
     torch.cuda.empty_cache()
     torch.cuda.synchronize()
@@ -171,7 +171,7 @@ def _peak_of_a_step(cfg: GPTConfig, batch: int, mode: str) -> tuple[int, int]:
 @needs_bf16
 def test_autocast_saves_a_bf16_copy_of_every_linear_weight_on_cuda():
     torch.manual_seed(0)
-    model = TinyGPT(GPTConfig(vocab_size=512, block_size=128, n_layer=2, n_head=4, n_embd=256)).cuda()
+    model = TinyGPT(TinyGPTConfig(vocab_size=512, block_size=128, n_layer=2, n_head=4, n_embd=256)).cuda()
     x = torch.randint(0, 512, (4, 128), device="cuda")
 
     def forward():
@@ -185,7 +185,7 @@ def test_autocast_saves_a_bf16_copy_of_every_linear_weight_on_cuda():
 
 @needs_bf16
 def test_peak_memory_of_a_training_step_vs_the_estimate():
-    cfg = GPTConfig(vocab_size=2048, block_size=512, n_layer=6, n_head=8, n_embd=512)
+    cfg = TinyGPTConfig(vocab_size=2048, block_size=512, n_layer=6, n_head=8, n_embd=512)
     results = {mode: _peak_of_a_step(cfg, 16, mode) for mode in ["fp32", "autocast", "pure_bf16"]}
     table = "\n".join(f"{m:>10}: peak {p / 2**20:8.1f} MiB, estimate {e / 2**20:8.1f} MiB, ratio {p / e:.2f}"
                       for m, (p, e) in results.items())

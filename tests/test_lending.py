@@ -45,7 +45,7 @@ def test_every_instructor_module_a_hidden_test_imports_is_lent_with_its_data():
     assert imported - {"checks", "lending"} <= set(lending.SECRET_MODULES), \
         f"hidden tests import instructor modules that are not lent: {imported - {'checks', 'lending'} - set(lending.SECRET_MODULES)}"
     package = lending.unseen_dir()
-    for name, data in lending.SECRET_MODULES.items():
+    for name, data in lending.secret_modules().items():
         source = (package / f"{name}.py").read_text(encoding="utf-8")
         read = set(re.findall(r"with_name\(\"([\w.]+)\"\)", source))
         assert read == set(data), f"autograder/{name}.py reads {sorted(read)}; lending lends it {sorted(data)}"

@@ -20,7 +20,7 @@ from course import ASSIGNMENTS, load_catalogue
 
 ROOT = Path(__file__).resolve().parents[1]
 # What an edition holds at its top level, and nothing else.
-TOP_LEVEL = {"lessons", "labs", "trainkit", "autograder", "README.md", "Makefile", ".gitignore", "pyproject.toml",
+TOP_LEVEL = {"lessons", "labs", "trainkit", "autograder", "README.md", "Makefile", "student.mk", ".gitignore", "pyproject.toml",
              "environment.yml", ".student-edition"}
 # nbgrader's markers: the text between them is a reference answer or a hidden test.
 BLOCK = re.compile(r"^[ \t]*#+ BEGIN (SOLUTION|HIDDEN TESTS)[ \t]*\n(.*?)^[ \t]*#+ END \1[ \t]*$", re.M | re.S)

@@ -11,7 +11,7 @@ import trainkit
 from trainkit.checks import expect, expect_close, expect_raises, expect_std, substitute
 from trainkit import selfcheck
 from trainkit.data import MarkovSource, uniform_loss
-from trainkit.models import GPTConfig, TinyGPT, mlp
+from trainkit.models import TinyGPTConfig, TinyGPT, mlp
 
 
 def test_selfcheck_hides_and_checks_answers(capsys):
@@ -131,7 +131,7 @@ def test_setup_notebook_strict_mode_turns_warnings_into_errors(monkeypatch):
 
 
 def test_models_run_and_tie():
-    model = TinyGPT(GPTConfig(tie_weights=True))
+    model = TinyGPT(TinyGPTConfig(tie_weights=True))
     assert model.lm_head.weight is model.transformer.wte.weight
     logits, loss = model(torch.zeros(2, 8, dtype=torch.long), torch.zeros(2, 8, dtype=torch.long))
     assert logits.shape == (2, 8, 64) and loss.ndim == 0

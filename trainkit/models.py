@@ -26,7 +26,9 @@ def mlp(n_in: int, width: int, depth: int, n_out: int, activation: str = "relu",
 
 
 @dataclass
-class GPTConfig:
+class TinyGPTConfig:
+    """The tiny GPT of lessons 1-7, with nanoGPT's names (n_embd, n_layer). The capstone's model has its own config,
+    trainkit.capstone.gpt.GPTConfig (d_model, grouped-query heads)."""
     vocab_size: int = 64
     block_size: int = 32
     n_layer: int = 2
@@ -37,7 +39,7 @@ class GPTConfig:
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, cfg: TinyGPTConfig):
         super().__init__()
         assert cfg.n_embd % cfg.n_head == 0
         self.n_head = cfg.n_head
@@ -53,7 +55,7 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, cfg: TinyGPTConfig):
         super().__init__()
         self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
         self.gelu = nn.GELU()
@@ -64,7 +66,7 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, cfg: TinyGPTConfig):
         super().__init__()
         self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.attn = CausalSelfAttention(cfg)
@@ -79,7 +81,7 @@ class Block(nn.Module):
 class TinyGPT(nn.Module):
     """A decoder-only transformer small enough to train on a CPU in seconds."""
 
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, cfg: TinyGPTConfig):
         super().__init__()
         self.cfg = cfg
         self.transformer = nn.ModuleDict(dict(
@@ -103,3 +105,8 @@ class TinyGPT(nn.Module):
         if targets is not None:
             loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss
+
+
+# The tiny GPT's config was called GPTConfig, as the capstone's is: this old name stays for one term (students' own
+# copies import it).
+GPTConfig = TinyGPTConfig
