@@ -95,10 +95,7 @@ def hand_edited(course: Path | str) -> list[Path]:
             proc = _generate(scratch, present, capture=True)
             if proc.returncode != 0:
                 raise SystemExit(f"make labs: nbgrader could not generate {present} for the check:\n{proc.stderr[-3000:]}")
-            term = policy.load(course)    # and the due notes make labs writes beside them
-            for name in present:
-                if term is not None and name in term.due:
-                    (scratch / RELEASE / name / policy.DUE_NOTE).write_text(policy.due_note(term, name), encoding="utf-8")
+            policy.write_due_notes(course, RELEASE, into=scratch)    # and the due notes make labs writes beside them
         return [rel for rel in suspects
                 if not (scratch / rel).is_file() or (scratch / rel).read_bytes() != (course / rel).read_bytes()]
 

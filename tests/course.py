@@ -1,6 +1,7 @@
 """Helpers for the autograder proofs: a throw-away copy of the course and submissions in it."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import os
@@ -137,3 +138,16 @@ def assert_bug_isolated(per_exercise: dict[str, tuple[float, float]], exercise: 
     assert got < out_of, f"{what} in {exercise!r} was not caught: {got}/{out_of}"
     others = {k: v for k, v in lost_points(per_exercise).items() if k != exercise}
     assert not others, f"{what} in {exercise!r} also cost points elsewhere: {others}"
+
+
+@contextlib.contextmanager
+def bookkeeping_gradebook(root: Path):
+    """The gradebook of a course folder that holds only an empty nbgrader config: for tests that fill it through
+    nbgrader's API (no kernel, no grading run), where the point is bookkeeping. Skips nbgrader's 2-3 s `alembic heads`
+    subprocess."""
+    from autograder.grade import gradebook, read_alembic_head_in_process
+
+    (root / "nbgrader_config.py").write_text("c = get_config()\n")
+    read_alembic_head_in_process()
+    with gradebook(root) as gb:
+        yield gb

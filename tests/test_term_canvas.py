@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from autograder.grade import gradebook, read_alembic_head_in_process
 from autograder.term import canvas
+from course import bookkeeping_gradebook
 
 # Twelve students. Lab 1 (two cells, 1 + 2 points) is in Canvas as assignment 4401; lab 2 (one 5-point cell) is not.
 STUDENTS = [f"s{i:02d}" for i in range(1, 13)]
@@ -27,9 +27,7 @@ def lab1_score(i: int) -> tuple[float, float]:
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("course")
-    (tmp_path / "nbgrader_config.py").write_text("c = get_config()\n")
-    read_alembic_head_in_process()   # a new gradebook without nbgrader's 2-3 s `alembic heads` subprocess
-    with gradebook(tmp_path) as gb:
+    with bookkeeping_gradebook(tmp_path) as gb:
         for lab, cells in ((LAB1, {"test_a": 1, "test_b": 2}), (LAB2, {"test_c": 5})):
             gb.add_assignment(lab)
             gb.update_or_create_notebook(lab, lab)

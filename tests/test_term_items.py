@@ -8,8 +8,9 @@ import re
 import numpy as np
 import pytest
 
-from autograder.grade import gradebook, read_alembic_head_in_process
+from autograder.grade import gradebook
 from autograder.term import items
+from course import bookkeeping_gradebook
 
 LAB = "01_demo"
 STUDENTS = range(1, 13)          # student i; a higher i does better on most cells
@@ -29,9 +30,7 @@ CELLS = {
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
     root = tmp_path_factory.mktemp("course")
-    (root / "nbgrader_config.py").write_text("c = get_config()\n")
-    read_alembic_head_in_process()   # a new gradebook without nbgrader's 2-3 s `alembic heads` subprocess
-    with gradebook(root) as gb:
+    with bookkeeping_gradebook(root) as gb:
         gb.add_assignment(LAB)
         gb.update_or_create_notebook(LAB, LAB)
         # notebook order, with a 0-point cell that loads the unseen variants and a written answer: neither counts

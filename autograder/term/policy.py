@@ -338,15 +338,16 @@ def due_note(term: Term, lab: str) -> str:
             "tells you when one is granted, and your feedback shows it.\n")
 
 
-def write_due_notes(course: Path | str, release: str = "labs") -> list[Path]:
-    """Write DUE.md into each released lab folder the course file lists; returns the files written."""
+def write_due_notes(course: Path | str, release: str = "labs", into: Path | str | None = None) -> list[Path]:
+    """Write DUE.md into each released lab folder the course file lists (under ``into``, default the course: make
+    labs' check of hand edits writes them into its scratch copy); returns the files written."""
     course = Path(course)
     term = load(course)
     written = []
     if term is None:
         return written
     for lab in sorted(term.due):
-        folder = course / release / lab
+        folder = Path(into or course) / release / lab
         if folder.is_dir():
             (folder / DUE_NOTE).write_text(due_note(term, lab), encoding="utf-8")
             written.append(folder / DUE_NOTE)
