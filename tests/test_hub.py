@@ -307,8 +307,10 @@ def hub(two_users):  # noqa: F811
     students = [users.add("stud") for _ in range(2)]
     course = instructor_home / "course"
     place_light_lab(course)
-    for name in ("nbgrader_config.py", "Makefile", "pyproject.toml"):   # timestamps kept: the venv is up to date
-        shutil.copy2(ROOT / name, course)
+    # What the Makefile reads (it includes the students' targets); timestamps kept: the venv is up to date.
+    for name in ("nbgrader_config.py", "Makefile", "pyproject.toml", "publish/student_edition/student.mk"):
+        (course / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, course / name)
     (course / ".venv").symlink_to(Path(sys.prefix).resolve())
     subprocess.run(["chown", "-R", "--no-dereference", f"{instructor}:{instructor}", str(course)], check=True)
 
