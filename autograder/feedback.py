@@ -8,6 +8,12 @@
   It also says when the lab was due (with the student's extension and late days), when the exchange recorded the
   submission, how late it was and what that cost (``autograder.term.policy.lateness_note``, from the gradebook and
   the course file ``FeedbackLabels.course_file``).
+  ``FeedbackLabels.show`` chooses what a submission graded on submit shows before the instructor's own grading
+  (autograder/on_submit.py; the modes are ``autograder.term.policy.SHOWS``): "everything" (the default, and
+  what `make grade` writes), "visible" (the test cells students already have, without hidden tests; a judgement
+  exercise's cells are withheld) or "bands" (also each judgement exercise's band cells' scores, without their
+  output, which names the unseen variants). A withheld cell shows "graded later" and no output, and
+  the page's score counts only what it shows.
 - ``FeedbackExporter``, the HTML exporter of generate_feedback, whose template (``templates/course_feedback``,
   built on nbgrader's own feedback template) shows those labels, and "awaiting grading" instead of a score of 0
   for a written answer nobody has graded yet. It is a ``MathMLExporter``: formulas in markdown (``$...$``,
@@ -33,8 +39,9 @@ from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.plugins.export import CsvExportPlugin
 from nbconvert.preprocessors import Preprocessor
-from traitlets import Bool, Unicode, default
+from traitlets import Bool, Enum, Unicode, default
 
+from autograder.notebooks import exercise_of, loads_unseen
 from autograder.term import policy
 
 TEMPLATES = str(Path(__file__).resolve().parent / "templates")
@@ -58,6 +65,13 @@ def label(grade_id: str, cell_type: str, is_solution: bool) -> str:
     return grade_id
 
 
+def judgement_exercises(nb) -> set[str]:
+    """The exercises graded on unseen variants: those with a test cell whose hidden part loads them."""
+    return {exercise_of(c.metadata.nbgrader["grade_id"]) for c in nb.cells
+            if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade_id", "").startswith("test_")
+            and loads_unseen(c.source)}
+
+
 class FeedbackLabels(Preprocessor):
     """Labels, pending marks and hidden-test sources of the feedback (see the module docstring)."""
 
@@ -67,9 +81,13 @@ class FeedbackLabels(Preprocessor):
                                          "always shown).").tag(config=True)
     hidden_placeholder = Unicode(HIDDEN_PLACEHOLDER, help="What replaces hidden tests in the feedback.").tag(config=True)
     course_file = Unicode("", help="The course file (term.toml), for the line on due date and lateness.").tag(config=True)
+    show = Enum(list(policy.SHOWS), "everything", help="What the feedback shows: every test, or (graded on submit, "
+                "before the deadline) only the visible tests, or those and the judgement exercises' bands."
+                ).tag(config=True)
 
     def preprocess(self, nb, resources):
         info = resources["nbgrader"]
+        self._judgement = judgement_exercises(nb)
         with Gradebook(info["db_url"]) as gb:
             try:
                 notebook = gb.find_submission_notebook(info["notebook"], info["assignment"], info["student"])
@@ -82,7 +100,24 @@ class FeedbackLabels(Preprocessor):
         pending = [c.metadata.nbgrader for c in nb.cells if c.metadata.get("nbgrader", {}).get("pending")]
         info["pending_points"] = float(sum(m.get("points") or 0 for m in pending))
         info["pending_count"] = len(pending)
+        withheld = [c.metadata.nbgrader for c in nb.cells if c.metadata.get("nbgrader", {}).get("withheld")]
+        info["withheld_points"] = float(sum(m.get("points") or 0 for m in withheld))
+        info["withheld_count"] = len(withheld)
+        if withheld:   # the page's score is what it shows: a withheld cell's score would tell its result
+            info["score"] = float(info["score"]) - float(sum(m.get("score") or 0 for m in withheld))
+            info["max_score"] = float(info["max_score"]) - info["withheld_points"]
         return nb, resources
+
+    def withholds(self, cell) -> str:
+        """"" where this feedback shows the cell whole; "all" where it withholds its score and output; "output"
+        where it shows the score only (a judgement exercise's band, under show = "bands")."""
+        meta = cell.metadata.get("nbgrader", {})
+        gid = meta.get("grade_id", "")
+        if self.show == "everything" or not meta.get("grade") or meta.get("solution") or not gid.startswith("test_"):
+            return ""
+        if exercise_of(gid) in self._judgement:   # its cells worth points are its bands (and its validity check)
+            return "output" if self.show == "bands" and meta.get("points") else "all"
+        return "all" if HIDDEN.search(cell.source) else ""
 
     def preprocess_cell(self, cell, resources, index):
         meta = cell.metadata.get("nbgrader", {})
@@ -91,6 +126,12 @@ class FeedbackLabels(Preprocessor):
         gid = meta.get("grade_id", "")
         meta["label"] = label(gid, cell.cell_type, bool(meta.get("solution")))
         meta["pending"] = self._pending.get(gid, False)
+        withhold = self.withholds(cell)
+        if withhold:
+            cell.outputs = []    # what a withheld test printed would name the hidden tests or unseen variants
+            cell.source = HIDDEN.sub(self.hidden_placeholder, cell.source)
+            meta["withheld"] = withhold == "all"
+            return cell, resources
         if cell.cell_type == "code" and not meta.get("solution") and HIDDEN.search(cell.source):
             meta["label"] += " (+ hidden tests)"
             if not self.show_hidden_tests:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import re
 import shutil
@@ -208,6 +209,24 @@ def shared_course_lock(course: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+RUN_LOCK = ".grading-run.lock"
+
+
+@contextmanager
+def grading_run(course: Path, exclusive: bool):
+    """Held for a whole run: shared by `make grade` (its shards and `make regrade` run side by side), exclusive for
+    grade on submit (autograder/on_submit.py), so the service and the instructor never grade at the same time: each
+    waits for the other's run to end."""
+    import fcntl
+
+    with open(course / RUN_LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 # ---------------------------------------------------------------------------------------------------
 # 2. Per submission, in parallel: grade in a scratch copy, read the results back.
 # ---------------------------------------------------------------------------------------------------
@@ -360,9 +379,11 @@ def export_grades(course: Path, csv: Path, log: Path) -> bool:
     return True
 
 
-def feedback_one(course: Path, student: str, assignment: str, log: Path) -> bool:
-    """nbgrader's generate_feedback for one graded submission (reads the course gradebook, writes its HTML)."""
-    return nbgrader_in_process(course, "generate_feedback", assignment, student, log=log)
+def feedback_one(course: Path, student: str, assignment: str, log: Path, show: str = "everything") -> bool:
+    """nbgrader's generate_feedback for one graded submission (reads the course gradebook, writes its HTML); ``show``:
+    what it shows (autograder/feedback.py's FeedbackLabels.show)."""
+    return nbgrader_in_process(course, "generate_feedback", assignment, student, log=log,
+                               **{"FeedbackLabels.show": show})
 
 
 def in_workers(function, tasks: list[dict], jobs: int) -> list:
@@ -641,10 +662,42 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-sandbox", action="store_true",
                     help="grade without the isolation of autograder/sandbox.py (only where none can be had; never "
                          "for a class: each submission's code then runs with your rights and network access)")
+    # Grade on submit (autograder/on_submit.py) runs this same pipeline for one student's submission:
+    ap.add_argument("--collect", action="store_true",
+                    help="first collect the latest submission of each --student of each --assignment from the exchange "
+                         "(nbgrader collect, owner-checked: autograder/collect.py)")
+    ap.add_argument("--release-feedback", action="store_true", help="then release the feedback of what was graded")
+    ap.add_argument("--show", choices=list(policy.SHOWS), default="everything",
+                    help="what the feedback shows (default everything; see autograder/term/policy.py's SHOWS)")
+    ap.add_argument("--exclusive", action="store_true",
+                    help="run alone: wait for every other grading run to end, and make them wait (grade on submit)")
+    ap.add_argument("--report", type=Path, help="also write each submission's outcome to this JSON file")
     args = ap.parse_args(argv)
+    if args.collect and not (args.assignment and args.student):
+        ap.error("--collect needs --assignment and --student")
     put_venv_on_path()
     course = args.course_dir.resolve()
+    with grading_run(course, args.exclusive):
+        return run(args, course)
+
+
+def collect_latest(course: Path, assignments: list[str], students: list[str], logs: Path) -> list[str]:
+    """nbgrader's collect (the course's owner-checked one) of these students' latest submissions; the problems."""
+    problems = []
+    for assignment in assignments:
+        for student in students:
+            log = logs / f"collect_{student}_{assignment}.log"
+            if not nbgrader_in_process(course, "collect", assignment, log=log,
+                                       **{"CourseDirectory.student_id": student}):
+                problems.append(f"collect of {student}/{assignment} failed, see {log}")
+    return problems
+
+
+def run(args, course: Path) -> int:
     logs = course / "autograded" / "_logs"
+    if args.collect:
+        for problem in collect_latest(course, args.assignment, args.student, logs):
+            print(f"warning: {problem}", file=sys.stderr)
 
     subs = find_submissions(course, args.assignment, args.student)
     if args.shard:
@@ -673,6 +726,7 @@ def main(argv: list[str] | None = None) -> int:
     deadlines = sync_term(course, term)     # due dates, extensions, late days into the gradebook: before grading
 
     failed: dict[tuple[str, str], str] = {}  # (student, assignment) -> why
+    graders_faults: set[tuple[str, str]] = set()
     remove_leftover_batches()
     batch = Path(tempfile.mkdtemp(prefix=BATCH_PREFIX))
     (batch / "grader.pid").write_text(str(os.getpid()))
@@ -692,6 +746,7 @@ def main(argv: list[str] | None = None) -> int:
                 template = make_template(course, assignment, batch, logs)
             if template is None:
                 failed.update({(s, assignment): f"could not generate the assignment, see {log}" for s in students})
+                graders_faults.update((s, assignment) for s in students)
                 continue
             templates[assignment] = template
 
@@ -705,6 +760,7 @@ def main(argv: list[str] | None = None) -> int:
             key = (result.student, result.assignment)
             if result.error and result.graders_fault:
                 failed[key] = f"{result.error} (the grader's fault: any previous grade is kept); log: {result.log}"
+                graders_faults.add(key)
             elif result.error:
                 failed[key] = f"{result.error}; log: {result.log}"
                 record_failure(course, *key)
@@ -716,6 +772,7 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as exc:   # noqa: BLE001 -- the grader could not record it: keep the old grade
                     failed[key] = (f"the grade could not be recorded ({type(exc).__name__}: {str(exc)[:200]}; the "
                                    f"grader's fault: any previous grade is kept)")
+                    graders_faults.add(key)
             print(f"  {result.student}/{result.assignment}: {'FAILED' if key in failed else 'graded'}", flush=True)
             shutil.rmtree(result.scratch, ignore_errors=True)
     finally:
@@ -726,11 +783,17 @@ def main(argv: list[str] | None = None) -> int:
     # Feedback after every grade is in (it shows manual grades too), one submission per task, ``--jobs`` at a time.
     graded = [(s, a) for s, a in subs if a in templates and (s, a) not in failed]
     for (student, assignment), ok in zip(graded, in_workers(feedback_one, [
-            dict(course=course, student=s, assignment=a, log=logs / f"feedback_{s}_{a}.log") for s, a in graded],
-            args.jobs)):
+            dict(course=course, student=s, assignment=a, log=logs / f"feedback_{s}_{a}.log", show=args.show)
+            for s, a in graded], args.jobs)):
         if not ok:
             print(f"warning: feedback for {student}/{assignment} was not (fully) written, "
                   f"see {logs / f'feedback_{student}_{assignment}.log'}")
+        elif args.release_feedback:
+            released = nbgrader_in_process(course, "release_feedback", assignment, student,
+                                           log=logs / f"release_feedback_{student}_{assignment}.log")
+            if not released:
+                failed[student, assignment] = "its feedback could not be released (the grader's fault)"
+                graders_faults.add((student, assignment))
     (course / "grades").mkdir(exist_ok=True)
     csv = course / "grades" / "grades.csv"
     with shared_course_lock(course):
@@ -753,6 +816,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nfeedback: {course / 'feedback'}\ngrades:   {csv}\nlogs:     {logs}")
     for note in notes:
         print(note)
+    if args.report:
+        outcome = []
+        for student, assignment in subs:
+            got, out_of, _ = scores(course, student, assignment)
+            key = (student, assignment)
+            outcome.append({"student": student, "assignment": assignment, "graded": key not in failed,
+                            "error": failed.get(key, ""), "graders_fault": key in graders_faults,
+                            "score": got, "max_score": out_of})
+        args.report.write_text(json.dumps(outcome, indent=1) + "\n", encoding="utf-8")
     return 1 if failed else 0
 
 

@@ -61,6 +61,12 @@ def exercise_of(test_grade_id: str) -> str:
     return test_grade_id[len("test_"):].split("__")[0]
 
 
+def loads_unseen(source: str) -> bool:
+    """Whether a test cell's hidden part loads the grader's unseen variants: the mark of a judgement exercise."""
+    _, _, hidden = source.partition("### BEGIN HIDDEN TESTS")
+    return "unseen" in hidden.lower()
+
+
 def strip_solution_markers(source: str) -> str:
     """What a student who wrote the reference answer would have in the cell."""
     return "\n".join(line for line in source.splitlines() if not SOLUTION_MARKERS.match(line))

@@ -143,6 +143,15 @@ def readable_paths() -> list[str]:
     return [str(p) for p in out]
 
 
+def visible_python() -> str:
+    """This interpreter by a path the kernel can see: its environment's folder resolved (a checkout's .venv may be a
+    link to elsewhere; readable_paths mounts where it leads, not the link, which lies in the hidden checkout)."""
+    executable = Path(sys.executable)
+    if executable.parent == Path(sys.prefix) / "bin":
+        return str(Path(sys.prefix).resolve() / "bin" / executable.name)
+    return str(executable.parent.resolve() / executable.name)
+
+
 def writable_paths(scratch: Path) -> list[Path]:
     """The folders of a submission's scratch copy that its kernel writes and the grader reads."""
     return [scratch / ".grader" / "runtime", scratch / ".grader" / "challenge"]
@@ -153,7 +162,7 @@ def kernel_environment(extra: dict[str, str]) -> dict[str, str]:
     (no GPU, its home and /tmp, this interpreter's bin/ first on PATH), then ``extra`` (grade.py's settings)."""
     env = {k: os.environ[k] for k in ENV_KEPT if k in os.environ}
     env.setdefault("LANG", "C.UTF-8")
-    env.update({"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": HOME,
+    env.update({"PATH": f"{Path(visible_python()).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": HOME,
                 "TMPDIR": "/tmp", "MPLCONFIGDIR": HOME, "CUDA_VISIBLE_DEVICES": "", "PYTHONDONTWRITEBYTECODE": "1"})
     env.update(extra)
     return env
@@ -191,6 +200,8 @@ def wrap(cmd: list[str], scratch: Path, limits: Limits, env: dict[str, str] | No
     sigint_ignored = ["sh", "-c", 'trap "" INT; exec "$@"', "sandbox"]
     # bwrap itself starts with an empty environment too: its process in the sandbox (PID 1) is the kernel's to read
     # (/proc/1/environ), and --clearenv only clears what the kernel gets.
+    if cmd and cmd[0] == sys.executable:
+        cmd = [visible_python(), *cmd[1:]]
     return [*limited, *sigint_ignored, "env", "-i", bwrap(), *_isolation(), *mounts, "--", *cmd]
 
 

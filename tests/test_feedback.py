@@ -14,7 +14,8 @@ import pytest
 from traitlets.config.loader import PyFileConfigLoader
 
 from autograder import notebooks as nbu
-from autograder.feedback import HIDDEN, CsvWithPending, FeedbackExporter, FeedbackLabels, label, tex_to_mathml
+from autograder.feedback import (HIDDEN, CsvWithPending, FeedbackExporter, FeedbackLabels, judgement_exercises, label,
+                                 tex_to_mathml)
 from course import ASSIGNMENTS, ROOT, source_nb
 
 
@@ -39,7 +40,7 @@ def hidden_only_lines(cell_source: str, release_text: str) -> list[str]:
 
 def run_labels(nb, **config):
     pre = FeedbackLabels(**config)
-    pre._pending = {}
+    pre._pending, pre._judgement = {}, judgement_exercises(nb)
     return [pre.preprocess_cell(cell, {}, i)[0] for i, cell in enumerate(nb.cells)]
 
 
@@ -71,6 +72,36 @@ def test_hidden_tests_source_is_left_out_by_default_and_shown_on_request(assignm
         assert shown[gid].source == original.source, "show_hidden_tests=True must show the whole test cell"
 
 
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_feedback_graded_on_submit_withholds_what_the_labs_mode_says(assignment):
+    """show = visible: a test cell with hidden tests, and every cell of a judgement exercise, lose their score and
+    output; bands: a judgement exercise's cells worth points show their score, never their output; everything:
+    the feedback make grade writes."""
+    graded = copy.deepcopy(source_nb(assignment))
+    secret = "unseen variant 'sgd-wide-7' failed"
+    for cell in graded.cells:   # each test cell printed something that names what it checked
+        if nbu.grade_id(cell) in nbu.graded_test_cells(graded):
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=secret)]
+    judgement = judgement_exercises(graded)
+    assert judgement, f"{assignment} has a judgement exercise"
+    tests = nbu.graded_test_cells(graded)
+    for show in ("visible", "bands", "everything"):
+        cells = {nbu.grade_id(c): c for c in run_labels(copy.deepcopy(graded), show=show)}
+        for gid, original in tests.items():
+            cell, meta = cells[gid], cells[gid].metadata.nbgrader
+            in_judgement, hidden = nbu.exercise_of(gid) in judgement, bool(HIDDEN.search(original.source))
+            withheld = show != "everything" and (hidden or in_judgement) and not (
+                show == "bands" and in_judgement and meta["points"])
+            assert bool(meta.get("withheld")) == withheld, (show, gid)
+            shown_output = show == "everything" or not (hidden or in_judgement)
+            assert bool(cell.outputs) == shown_output, (show, gid, "output")
+            assert "BEGIN HIDDEN TESTS" not in cell.source
+    info = {"notebook": assignment, "score": 3.0, "max_score": 10.0, "pending_count": 0, "late_penalty": 0,
+            "withheld_count": 2, "withheld_points": 4.0}
+    page = feedback_html(nbformat.v4.new_notebook(), info)
+    assert "Score so far: 3 / 10, 4 more points" in re.sub(r"<[^>]+>", "", page) and "graded later" in page
+
+
 def test_nbgrader_config_wires_feedback_export_and_exchange():
     config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
     names = [p.__name__ for p in config.GenerateFeedback.preprocessors]
@@ -92,11 +123,11 @@ def test_make_install_creates_the_exchange_world_writable_with_the_sticky_bit():
     assert ".nbgrader_exchange" in (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
 
 
-def feedback_html(nb) -> str:
+def feedback_html(nb, info: dict | None = None) -> str:
     """The feedback page of ``nb`` as generate_feedback's exporter writes it, configured by nbgrader_config.py (no
     gradebook: the grades the template shows are given here)."""
     config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
-    info = {"notebook": "maths", "score": 1.0, "max_score": 3.0, "pending_count": 0, "late_penalty": 0}
+    info = info or {"notebook": "maths", "score": 1.0, "max_score": 3.0, "pending_count": 0, "late_penalty": 0}
     body, _ = FeedbackExporter(config=config).from_notebook_node(nb, resources={"nbgrader": info})
     return body
 

@@ -29,6 +29,7 @@ import re
 import shutil
 import signal
 import socket
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -445,9 +446,67 @@ def test_a_class_round_trip_through_the_hub(hub):
                 f"{student.name} should see their score {scores[student.name]:g} / {out_of:g}"
             if student is students[0]:
                 attack_with_what_grading_leaked(hub, html, service_env)
+        check_grade_on_submit(hub, students, scores, out_of)
     except AssertionError:
         print(hub["log"].read_text(encoding="utf-8")[-6000:])
+        for log in (course / "grades" / "on_submit").glob("*.log"):   # grade on submit's runs
+            print(f"--- {log}\n{log.read_text(encoding='utf-8')[-4000:]}")
         raise
+
+
+def latest_state(student: Member) -> str:
+    """What the Assignment List shows beside the student's newest submission: its time and the grading state."""
+    listed = student.submissions()
+    return listed[-1]["timestamp"] if listed else ""
+
+
+def newest_feedback_score(student: Member) -> str:
+    student.action("fetch_feedback")
+    newest = max((student.home / COURSE_ID / LAB / "feedback").glob("*/*.html"), key=lambda p: p.parent.name)
+    found = re.search(r"Score:\s*([\d.]+\s*/\s*[\d.]+)", newest.read_text(encoding="utf-8"))
+    return re.sub(r"\s+", "", found.group(1)) if found else ""
+
+
+def check_grade_on_submit(hub, students: list[Member], batch: dict, out_of: float) -> None:
+    """Grade on submit (autograder/on_submit.py), the service make hub started, idle until now: the instructor turns
+    it on in the course file; a submission is graded and its feedback comes back by itself with the batch grader's
+    score; the next one within the hour is refused in words; the service killed mid-grade and started again loses
+    nothing and grades the cut submission once more, nothing else."""
+    course, (grader, grader_home) = hub["course"], hub["instructor"]
+    term = course / "term.toml"
+    term.write_text(f'version = 1\n[labs]\n{LAB} = 2099-01-01T00:00:00Z\n[on_submit]\nper_hour = 1\n'
+                    f'[on_submit.labs]\n{LAB} = "everything"\n')
+    subprocess.run(["chown", f"{grader}:{grader}", str(term)], check=True)
+    limits = hub["hub_dir"] / "exchange" / COURSE_ID / "on_submit" / "limits.json"
+    wait_for("the service's limits", lambda: limits.is_file() and LAB in json.loads(limits.read_text()), 30)
+
+    ann, bob = students
+    started = time.monotonic()
+    ann.action("submit")
+    wait_for("ann's feedback", lambda: "graded on submit" in latest_state(ann), 120)
+    print(f"grade on submit: Submit to feedback ready in {time.monotonic() - started:.1f} s")
+    assert ann.submissions()[-1]["has_exchange_feedback"], ann.submissions()[-1]
+    assert newest_feedback_score(ann) == f"{batch[ann.name]:g}/{out_of:g}", "the batch grader's score"
+    refusal = ann.action("submit", refused=True)["value"]
+    assert refusal.startswith(f"Not submitted: {LAB} is graded when you submit, at most 1 time(s) an hour") and \
+        "you can submit again from" in refusal and "Traceback" not in refusal, refusal
+
+    bob.action("submit")
+    wait_for("bob's grading", lambda: "being graded now" in latest_state(bob), 60)
+    subprocess.run(["pkill", "-KILL", "-f", "autograder.on_submit"], check=True)
+    time.sleep(1)
+    assert "being graded now" in latest_state(bob), "killed mid-grade"
+    # Started again (JupyterHub restarts it within its 30-second poll; here at once, by hand, as the grader):
+    proc = hub["users"].run(grader, grader_home, course, sys.executable, "-m", "autograder.on_submit",
+                            "--course-dir", str(course), "--once")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "graded on submit" in latest_state(bob), latest_state(bob)
+    assert newest_feedback_score(bob) == f"{batch[bob.name]:g}/{out_of:g}"
+    with sqlite3.connect(course / "grades" / "on_submit" / "queue.db") as db:
+        rows = {student: (state, tries) for student, state, tries in
+                db.execute("SELECT student, state, tries FROM submission")}
+    assert rows == {ann.name: ("graded", 1), bob.name: ("graded", 2)}, rows
+    term.unlink()
 
 
 def load_hub_config(hub_dir: Path, auth: str, monkeypatch):

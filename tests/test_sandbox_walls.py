@@ -106,3 +106,24 @@ def test_the_disk_watch_stops_a_kernel_that_writes_past_its_limit(tmp_path):
     finally:
         sandbox.kill_leftover_kernels()
     assert state["exceeded"] and writer.returncode != 0 and not folder.exists()
+
+
+def test_a_checkout_whose_venv_is_a_link_still_starts_its_kernel(tmp_path, monkeypatch):
+    """make grade from a checkout whose .venv links to an environment elsewhere (as the hub's grading service runs
+    course/.venv/bin/python): the checkout is hidden, the link with it; the kernel starts by the resolved path."""
+    if not sandbox.available()[0]:
+        pytest.skip(f"grading sandbox unavailable here: {sandbox.available()[1]}")
+    checkout = Path(tempfile.mkdtemp(prefix="checkout-", dir="/var/tmp"))
+    environment = Path(sys.prefix).resolve()
+    try:
+        (checkout / ".venv").symlink_to(environment)
+        monkeypatch.setattr(sys, "executable", str(checkout / ".venv" / "bin" / Path(sys.executable).name))
+        monkeypatch.setattr(sys, "prefix", str(checkout / ".venv"))
+        cmd = sandbox.wrap([sys.executable, "-c", "import sys, ipykernel; print(sys.prefix)"], tmp_path / "scratch",
+                           sandbox.Limits())
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    finally:
+        (checkout / ".venv").unlink()
+        checkout.rmdir()
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(environment), "the kernel runs the same environment, reached by its real path"

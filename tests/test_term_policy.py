@@ -227,6 +227,12 @@ def test_nbgrader_config_wires_the_plugin_and_the_feedback_to_the_course_file():
     ("version = 1\n[labs]\n01_signal_propagation = 2025-10-06T23:59:00Z\n[[extension]]\nstudent = \"ada\"\n"
      "lab = \"01_signal_propagation\"\nuntil = 2025-10-05T23:59:00Z\n", "extension #1.until"),
     ("version = 1\n[labs\n", "not valid TOML"),
+    ("version = 1\n[on_submit]\nper_hour = 0\n", "on_submit.per_hour"),
+    ("version = 1\n[on_submit]\nper_hour = 2\n[on_submit.labs]\n01_signal_propagation = \"visible\"\n",
+     "on_submit.labs.01_signal_propagation"),                                   # no due date
+    ("version = 1\n[labs]\n01_signal_propagation = 2025-10-06T23:59:00Z\n[on_submit]\nper_hour = 2\n"
+     "[on_submit.labs]\n01_signal_propagation = \"all\"\n", "on_submit.labs.01_signal_propagation"),
+    ("version = 1\n[on_submit]\nper_hour = 2\nshow = \"visible\"\n", "on_submit.show"),
 ])
 def test_a_malformed_course_file_is_refused_in_one_sentence_that_names_the_key(tmp_path, text, key):
     for lab in (LAB1, LAB2):
@@ -262,6 +268,18 @@ def test_released_labs_carry_their_due_date_and_no_extension(tmp_path):
                                     "2025-10-06 22:59 UTC."), "the line `make validate` prints"
     assert "15 minutes' grace; then 5 % of the score per started hour late, at most 50 %" in note
     assert "ada" not in note and "illness" not in note and "48" not in note, "no student's extension ships"
+    assert "graded when you submit" not in note
+
+
+def test_a_lab_graded_on_submit_says_so_before_the_student_submits(tmp_path):
+    for lab in (LAB1, LAB2):
+        (tmp_path / "solutions" / lab).mkdir(parents=True)
+        (tmp_path / "labs" / lab).mkdir(parents=True)
+    write_term(tmp_path, HOURLY + f'[on_submit]\nper_hour = 2\n[on_submit.labs]\n{LAB2} = "bands"\n')
+    one, two = (path.read_text(encoding="utf-8") for path in policy.write_due_notes(tmp_path))
+    assert "graded when you submit" not in one
+    assert "this lab is graded when you submit, 2 times an hour at most" in two
+    assert policy.SHOWS["bands"] in two and "Written answers are graded by hand later" in two
 
 
 def test_the_course_file_template_is_a_valid_course_file():

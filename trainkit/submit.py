@@ -12,20 +12,89 @@ writes the students' nbgrader configuration, publish/hub.py), Submit is ``Capped
 
 A student can still write to the world-writable exchange by hand; the operating system's disk quotas are the wall
 for that (publish/jupyterhub/README.md).
+
+Labs graded on submit (autograder/on_submit.py, the grading service on the hub) add two things:
+
+- Submit refuses, in one sentence that says when the next one may be made, a submission past the lab's limit of
+  graded submissions per hour (the service publishes the limits in ``<exchange>/<course>/on_submit/limits.json``).
+  The service enforces the same limit on its side (a folder written into the exchange by hand is not graded);
+  this is where a student is told;
+- the Assignment List shows each submission's state beside its time: queued (and how many are ahead), being
+  graded, graded, or why not (the service's ``on_submit/<folder name>.json``; that folder cannot be listed, so a
+  student reads only the states of the submissions whose folder names their own nbgrader cache records).
 """
 from __future__ import annotations
 
+import datetime as dt
 import glob
+import json
 import os
 import shutil
 import stat
 
-from nbgrader.exchange import ExchangeError
+from nbgrader.exchange import ExchangeError, ExchangeFactory
 from nbgrader.exchange.default.submit import ExchangeSubmit
 from nbgrader.server_extensions.assignment_list.handlers import AssignmentList
 from traitlets import Float, Integer
 
 RECORD = ".inbound"   # in each cached submission: the name of its folder in the exchange's inbound
+STATUS_DIR, LIMITS = "on_submit", "limits.json"   # the grading service's (autograder/on_submit.py) public files
+COUNTS = ("queued", "grading", "graded", "failed")   # states that use one of a student's graded submissions
+STATES = {   # what the Assignment List says beside a submission's time
+    "queued": "queued for grading", "grading": "being graded now", "graded": "graded on submit",
+    "failed": "not graded", "grader_error": "the grader failed (not your fault; it tries again)",
+    "over_limit": "not graded on submit (past the hourly limit)", "superseded": "not graded (a newer one was)",
+    "before": "not graded on submit (made before it was turned on)",
+}
+
+
+def status_dir(exchange_root: str, course_id: str) -> str:
+    return os.path.join(exchange_root, course_id, STATUS_DIR)
+
+
+def read_json(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def submission_state(cached_folder: str, exchange_root: str, course_id: str) -> dict | None:
+    """The grading service's state of one of this student's submissions (its cache folder), or None."""
+    try:
+        with open(os.path.join(cached_folder, RECORD)) as fh:
+            inbound = os.path.basename(fh.read().strip())
+    except OSError:
+        return None
+    return read_json(os.path.join(status_dir(exchange_root, course_id), inbound + ".json"))
+
+
+def hourly_refusal(exchange_root: str, course: str, lab: str, student: str, cache_path: str,
+                   now: dt.datetime | None = None) -> str | None:
+    """The sentence refusing one more submission of ``lab`` this hour, or None where it may be made: the student's
+    own cached submissions of the last hour count, but for those the grading service did not grade on their
+    account (its fault, past the limit, superseded)."""
+    limits = read_json(os.path.join(status_dir(exchange_root, course), LIMITS)) or {}
+    if lab not in limits:
+        return None
+    per_hour = int(limits[lab]["per_hour"])
+    now = now or dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    used = []
+    for cached in glob.glob(os.path.join(glob.escape(cache_path), glob.escape(f"{student}+{lab}") + "+*")):
+        try:
+            when = dt.datetime.strptime(os.path.basename(cached).split("+")[2], "%Y-%m-%d %H:%M:%S.%f %Z")
+        except (IndexError, ValueError):
+            continue
+        state = submission_state(cached, exchange_root, course)
+        if now - when < dt.timedelta(hours=1) and (state is None or state.get("state") in COUNTS):
+            used.append(when)
+    if len(used) < per_hour:
+        return None
+    again = min(used) + dt.timedelta(hours=1)
+    return (f"Not submitted: {lab} is graded when you submit, at most {per_hour} time(s) an hour, and you have "
+            f"submitted it {len(used)} time(s) since {min(used):%H:%M} UTC; you can submit again from "
+            f"{again:%H:%M} UTC. Your work is as you left it.")
 
 
 class SubmitRefused(ExchangeError):
@@ -37,6 +106,7 @@ class CappedSubmit(ExchangeSubmit):
     max_mb = Float(20.0, help="The most a submitted lab folder may hold, in MB.").tag(config=True)
 
     def copy_files(self):
+        self.check_hourly_limit()
         size = self.get_size(self.src_path)
         if size > self.max_mb * 1e6:
             folder = os.path.relpath(self.src_path, self.assignment_dir)
@@ -51,6 +121,14 @@ class CappedSubmit(ExchangeSubmit):
         with open(os.path.join(cached, RECORD), "w") as fh:
             fh.write(self.assignment_filename)
         self.keep_last()
+
+    def check_hourly_limit(self) -> None:
+        """Refuse, in words, a submission past the lab's limit of graded submissions per hour (graded on submit)."""
+        message = hourly_refusal(self.root, self.coursedir.course_id, self.coursedir.assignment_id,
+                                 self.assignment_filename.split("+")[0], self.cache_path)
+        if message:
+            self.log.error(message)
+            raise SubmitRefused(message)
 
     def keep_last(self) -> None:
         """Delete this student's submissions of this lab but the last ``keep``, in the exchange and the cache."""
@@ -84,6 +162,25 @@ class AssignmentListWithRefusals(AssignmentList):
         prefix = f"{SubmitRefused.__module__}.{SubmitRefused.__qualname__}: "
         if not result["success"] and last_line.startswith(prefix):
             result["value"] = last_line[len(prefix):]
+        return result
+
+    def list_submitted_assignments(self, course_id=None):
+        """nbgrader's list, with the grading service's state of each submission beside its time."""
+        result = super().list_submitted_assignments(course_id=course_id)
+        if not result.get("success"):
+            return result
+        with self.get_assignment_dir_config() as config:
+            root = ExchangeFactory(config=config).List(config=config).root
+        for assignment in result["value"]:
+            for submission in assignment.get("submissions", []):
+                state = submission_state(submission.get("path") or "", root, submission.get("course_id", ""))
+                if state and state.get("state") in STATES:
+                    words = STATES[state["state"]]
+                    if state["state"] == "queued" and state.get("ahead"):
+                        words += f", {state['ahead']} ahead"
+                    elif state["state"] in ("failed", "over_limit") and state.get("detail"):
+                        words += f": {state['detail']}"
+                    submission["timestamp"] = f"{submission['timestamp']} ({words})"
         return result
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from autograder.grade import gradebook
+from autograder.notebooks import loads_unseen
 from autograder.term.canvas import require_gradebook
 
 EVERYONE_PASSES = 0.98    # "everyone passes": this share or more has full points ("nobody passes": 1 - this or less)
@@ -90,12 +91,6 @@ def item_stats(scores: np.ndarray, max_score: float, rest: np.ndarray) -> Stats:
 def exercise_of(grade_id: str) -> str:
     """The exercise a test cell belongs to, by the course's naming rule (CONTRIBUTING.md: test_<name>[__<part>])."""
     return grade_id[len("test_"):].partition("__")[0] if grade_id.startswith("test_") else grade_id
-
-
-def loads_unseen(source: str) -> bool:
-    """Whether a test cell's hidden part loads the grader's unseen variants: the mark of a judgement exercise."""
-    _, _, hidden = source.partition("### BEGIN HIDDEN TESTS")
-    return "unseen" in hidden.lower()
 
 
 @dataclass

@@ -34,6 +34,16 @@ DAY = dt.timedelta(days=1)
 POLICY_KEYS = {"grace_minutes", "penalty_per_hour", "penalty_per_day", "cap", "cutoff_hours", "cutoff_days",
                "late_days"}
 EXTENSION_KEYS = {"student", "lab", "until", "hours", "note"}
+ON_SUBMIT_KEYS = {"per_hour", "labs"}
+# What the feedback of a submission graded on submit shows (autograder/on_submit.py, autograder/feedback.py), in the
+# words students read before they submit.
+SHOWS = {
+    "visible": "the tests you can already see in the lab; hidden tests and the judgement exercises (their unseen "
+               "variants) are graded after the deadline",
+    "bands": "the tests you can already see in the lab and the band each judgement exercise reached (not which of "
+             "its unseen variants failed); hidden tests are graded after the deadline",
+    "everything": "every test, hidden tests and judgement exercises included",
+}
 
 
 class TermFileError(ValueError):
@@ -103,10 +113,28 @@ class Deadline:
 
 
 @dataclass(frozen=True)
+class OnSubmit:
+    """Grade on submit (autograder/on_submit.py): which labs, what their feedback shows, and how many graded
+    submissions a student may make of one lab in any hour."""
+    per_hour: int
+    show: dict[str, str]              # lab -> a key of SHOWS
+
+    def describe(self, lab: str) -> str:
+        """For students, before they submit (DUE.md, make validate, the Submit refusal)."""
+        times = "once" if self.per_hour == 1 else f"{self.per_hour} times"
+        return (f"On the course's hub this lab is graded when you submit, {times} an hour at most (a Submit past "
+                f"that is refused and says when you can submit again; a submission the grader fails on through its "
+                f"own fault does not count). Its feedback comes back to your Assignment List by itself and shows "
+                f"{SHOWS[self.show[lab]]}. Written answers are graded by hand later, and the final grade is the "
+                f"instructor's, under the late policy.")
+
+
+@dataclass(frozen=True)
 class Term:
     policy: Policy
     due: dict[str, dt.datetime]                       # lab -> due date, with its time zone
     extensions: dict[tuple[str, str], dt.timedelta] = field(default_factory=dict)   # (student, lab) -> extension
+    on_submit: OnSubmit | None = None
 
     def due_utc(self, lab: str) -> dt.datetime:
         return to_utc(self.due[lab])
@@ -170,8 +198,9 @@ def parse(text: str, name: str = COURSE_FILE, labs: set[str] | None = None) -> T
     if data["version"] != VERSION:
         raise bad("version", f"is {data['version']!r}; this course reads version {VERSION}")
     for key in data:
-        if key not in {"version", "policy", "labs", "extension"}:
-            raise bad(key, "is not a key of the course file (it has version, policy, labs and [[extension]])")
+        if key not in {"version", "policy", "labs", "extension", "on_submit"}:
+            raise bad(key, "is not a key of the course file (it has version, policy, labs, [[extension]] and "
+                           "on_submit)")
 
     raw = data.get("policy", {})
     if not isinstance(raw, dict):
@@ -244,7 +273,36 @@ def parse(text: str, name: str = COURSE_FILE, labs: set[str] | None = None) -> T
         if (student, lab) in extensions:
             raise bad(f"{where} ({student}, {lab})", "repeats an extension given above: keep one")
         extensions[student, lab] = length
-    return Term(policy, due, extensions)
+    return Term(policy, due, extensions, parse_on_submit(data.get("on_submit"), due, labs, bad))
+
+
+def parse_on_submit(raw, due: dict, labs: set[str] | None, bad) -> OnSubmit | None:
+    """[on_submit]: ``per_hour`` (graded submissions of one lab per student in any hour) and a table ``labs`` of
+    lab = what its feedback shows (a key of SHOWS). Absent: nothing is graded on submit."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise bad("on_submit", "must be a table ([on_submit])")
+    for key in raw:
+        if key not in ON_SUBMIT_KEYS:
+            raise bad(f"on_submit.{key}", f"is not an on_submit option (they are {', '.join(sorted(ON_SUBMIT_KEYS))})")
+    per_hour = raw.get("per_hour")
+    if isinstance(per_hour, bool) or not isinstance(per_hour, int) or per_hour < 1:
+        raise bad("on_submit.per_hour", f"must be a whole number of graded submissions an hour, 1 or more, not "
+                                        f"{per_hour!r}")
+    table = raw.get("labs", {})
+    if not isinstance(table, dict):
+        raise bad("on_submit.labs", "must be a table ([on_submit.labs]) of lab = what its feedback shows")
+    show = {}
+    for lab, mode in table.items():
+        if labs is not None and lab not in labs:
+            raise bad(f"on_submit.labs.{lab}", "names no lab in solutions/")
+        if lab not in due:
+            raise bad(f"on_submit.labs.{lab}", "needs the lab's due date under [labs]")
+        if mode not in SHOWS:
+            raise bad(f"on_submit.labs.{lab}", f"must be one of {', '.join(repr(m) for m in SHOWS)}, not {mode!r}")
+        show[lab] = mode
+    return OnSubmit(per_hour, show)
 
 
 def _aware(value, key: str, bad) -> dt.datetime:
@@ -335,7 +393,8 @@ def due_note(term: Term, lab: str) -> str:
             f"{term.policy.describe()}\n\n"
             "The time that counts is the one the exchange records when you submit (the Submit button or `nbgrader "
             "submit`), not any time written in the notebook. An extension moves your own due date: your instructor "
-            "tells you when one is granted, and your feedback shows it.\n")
+            "tells you when one is granted, and your feedback shows it.\n"
+            + (f"\n{term.on_submit.describe(lab)}\n" if term.on_submit and lab in term.on_submit.show else ""))
 
 
 def write_due_notes(course: Path | str, release: str = "labs", into: Path | str | None = None) -> list[Path]:

@@ -136,4 +136,17 @@ c.JupyterHub.services = [{
         "JUPYTER_RUNTIME_DIR": S["service_runtime"],   # its server token and cookie secret: <hub>/runtime, 0700
         "WANDB_MODE": "offline",
     },
+}, {
+    # Grade on submit (autograder/on_submit.py): grades each new submission of the labs term.toml's [on_submit]
+    # lists, in the same sandbox as make grade, and releases that student's feedback; idle while none is listed.
+    # No URL (nothing reaches it through the proxy) and no role (its token may do nothing on the hub).
+    "name": "grade-on-submit",
+    "command": [S["course_python"], "-m", "autograder.on_submit", "--course-dir", S["course"]],
+    "user": S["grader"],
+    "cwd": S["course"],
+    "environment": {
+        "PATH": f"{COURSE_BIN}:/usr/local/bin:/usr/bin:/bin",
+        "JOBS": str(max(1, (os.cpu_count() or 2) // 2)),   # the other half of the cores for the class's servers
+        "WANDB_MODE": "offline",
+    },
 }]

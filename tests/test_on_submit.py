@@ -1,0 +1,234 @@
+"""Grade on submit's service (autograder/on_submit.py) without a hub: its queue, the hourly limit, the states students
+read, a kill mid-grade and a restart, and the lock it shares with make grade. The grading run is a stand-in that
+records its calls (seconds); tests/test_hub.py grades real submissions through the real pipeline on a real hub."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder import grade, on_submit
+from trainkit import submit
+
+LAB = "02_lr_schedules"
+COURSE_ID = "training-infra"
+T0 = dt.datetime(2026, 12, 4, 10, 0, 0)
+TERM = f"""version = 1
+[labs]
+{LAB} = 2026-12-20T23:59:00Z
+[on_submit]
+per_hour = 2
+[on_submit.labs]
+{LAB} = "bands"
+"""
+# The stand-in for `python -m autograder.grade`: records each call, waits while a file named hold exists, and reports
+# each student graded 7 / 10, except "broken" (not gradable) and "unlucky" (the grader's fault, the first time).
+FAKE = """\
+import json, os, sys, time
+from pathlib import Path
+args = sys.argv[3:]
+get = lambda flag: [args[i + 1] for i, a in enumerate(args) if a == flag]
+here = Path(os.environ["FAKE_DIR"])
+with open(here / "calls.log", "a") as fh:
+    fh.write(json.dumps({"students": get("--student"), "show": get("--show"), "flags": args}) + "\\n")
+while (here / "hold").exists():
+    time.sleep(0.05)
+out = []
+for s in get("--student"):
+    first = not (here / f"seen-{s}").exists()
+    (here / f"seen-{s}").touch()
+    fault = s == "unlucky" and first
+    out.append({"student": s, "assignment": get("--assignment")[0], "graded": s not in ("broken",) and not fault,
+                "error": "the submission folder holds none of the assignment's notebooks; log: /secret/x.log"
+                         if s == "broken" else "a kernel died" if fault else "",
+                "graders_fault": fault, "score": 7.0, "max_score": 10.0})
+Path(get("--report")[0]).write_text(json.dumps(out))
+"""
+
+
+def inbound_name(student: str, when: dt.datetime, lab: str = LAB) -> str:
+    return f"{student}+{lab}+{when:%Y-%m-%d %H:%M:%S.%f} UTC+r4nd0m{student}"
+
+
+@pytest.fixture
+def course(tmp_path):
+    course, exchange = tmp_path / "course", tmp_path / "exchange"
+    (course / "solutions" / LAB).mkdir(parents=True)
+    (course / "nbgrader_config.py").write_text(f"c = get_config()\nc.CourseDirectory.course_id = {COURSE_ID!r}\n")
+    (course / "term.toml").write_text(TERM)
+    (exchange / COURSE_ID / "inbound").mkdir(parents=True)
+    fake = tmp_path / "fake_python"
+    fake.write_text(f"#!{sys.executable}\n{FAKE}")
+    fake.chmod(0o755)
+    before = hand_in(exchange, "ann", T0 - dt.timedelta(days=1))   # in the exchange before the lab was turned on
+    svc = on_submit.Service(course, exchange, python=str(fake))
+    assert not svc.step() and states(svc) == {before: "before"}, "left to the instructor: not graded, not counted"
+    assert status(exchange, before)["state"] == "before" and not calls(fake)
+    svc.queue.db.execute("DELETE FROM submission")          # out of the way of the tests' own counts
+    shutil.rmtree(exchange / COURSE_ID / "inbound" / before)
+    return course, exchange, fake
+
+
+def hand_in(exchange: Path, student: str, when: dt.datetime, lab: str = LAB) -> str:
+    name = inbound_name(student, when, lab)
+    (exchange / COURSE_ID / "inbound" / name).mkdir()
+    return name
+
+
+def service(course, exchange, fake, jobs=1) -> on_submit.Service:
+    return on_submit.Service(course, exchange, jobs=jobs, python=str(fake))
+
+
+def states(svc) -> dict[str, str]:
+    return {r["name"]: r["state"] for r in svc.queue.rows()}
+
+
+def status(exchange: Path, name: str) -> dict:
+    return json.loads((exchange / COURSE_ID / on_submit.STATUS_DIR / f"{name}.json").read_text())
+
+
+def calls(fake: Path) -> list[dict]:
+    log = fake.parent / "calls.log"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_each_submission_is_graded_once_in_order_within_the_hourly_limit(course, monkeypatch):
+    course, exchange, fake = course
+    monkeypatch.setenv("FAKE_DIR", str(fake.parent))
+    svc = service(course, exchange, fake)
+    ann1 = hand_in(exchange, "ann", T0)
+    bob = hand_in(exchange, "bob", T0 + dt.timedelta(minutes=1))
+    svc.run(poll=0, once=True)
+    ann2 = hand_in(exchange, "ann", T0 + dt.timedelta(minutes=20))
+    svc.run(poll=0, once=True)
+    ann3 = hand_in(exchange, "ann", T0 + dt.timedelta(minutes=40))      # her third within the hour: past the limit
+    svc.run(poll=0, once=True)
+    ann4 = hand_in(exchange, "ann", T0 + dt.timedelta(minutes=61))      # an hour after her first: counts again
+    svc.run(poll=0, once=True)
+    got = states(svc)
+    assert got[ann3] == "over_limit" and "at most 2 time(s) an hour" in status(exchange, ann3)["detail"]
+    assert got[ann1] == got[ann2] == got[bob] == got[ann4] == "graded"
+    assert [c["students"] for c in calls(fake)] == [["ann"], ["bob"], ["ann"], ["ann"]], "in submission order, once"
+    flags = calls(fake)[0]["flags"]
+    assert {"--collect", "--release-feedback", "--exclusive"} <= set(flags) and calls(fake)[0]["show"] == ["bands"]
+    assert status(exchange, ann1) == {**status(exchange, ann1), "state": "graded"}
+    limits = json.loads((exchange / COURSE_ID / on_submit.STATUS_DIR / on_submit.LIMITS).read_text())
+    assert limits[LAB]["per_hour"] == 2 and "graded when you submit, 2 times an hour at most" in limits[LAB]["text"]
+    folder = exchange / COURSE_ID / on_submit.STATUS_DIR
+    assert folder.stat().st_mode & 0o777 == 0o711, "students may read a state by name, never list the folder"
+    svc.run(poll=0, once=True)
+    assert len(calls(fake)) == 4, "a second pass grades nothing again"
+
+
+def test_a_graders_fault_does_not_count_and_is_tried_again_a_bad_submission_is_told_why(course, monkeypatch):
+    course, exchange, fake = course
+    monkeypatch.setenv("FAKE_DIR", str(fake.parent))
+    monkeypatch.setattr(on_submit, "RETRY_AFTER_S", 0)
+    broken = hand_in(exchange, "broken", T0)
+    unlucky = hand_in(exchange, "unlucky", T0 + dt.timedelta(seconds=1))
+    svc = service(course, exchange, fake, jobs=2)
+    svc.step()                                      # one run for both (two jobs, one lab)
+    assert [c["students"] for c in calls(fake)] == [["broken", "unlucky"]]
+    assert states(svc) == {broken: "failed", unlucky: "grader_error"}
+    told = status(exchange, broken)["detail"]
+    assert told == "the submission folder holds none of the assignment's notebooks", "in words, no grader's path"
+    assert svc.queue.used("unlucky", LAB, T0 + dt.timedelta(minutes=5)) == [], "the grader's fault costs nothing"
+    svc.run(poll=0, once=True)
+    assert states(svc)[unlucky] == "graded" and len(calls(fake)) == 2
+
+
+def test_an_older_waiting_submission_is_superseded_by_the_newer_one(course, monkeypatch):
+    course, exchange, fake = course
+    monkeypatch.setenv("FAKE_DIR", str(fake.parent))
+    old = hand_in(exchange, "ann", T0)
+    new = hand_in(exchange, "ann", T0 + dt.timedelta(minutes=2))
+    svc = service(course, exchange, fake)
+    svc.run(poll=0, once=True)
+    assert states(svc) == {old: "superseded", new: "graded"} and len(calls(fake)) == 1
+    assert svc.queue.used("ann", LAB, T0 + dt.timedelta(minutes=5)) == [T0 + dt.timedelta(minutes=2)]
+
+
+def test_killed_mid_grade_the_service_loses_nothing_and_grades_nothing_twice(course, tmp_path):
+    course, exchange, fake = course
+    (fake.parent / "hold").touch()
+    first = hand_in(exchange, "ann", T0)
+    second = hand_in(exchange, "bob", T0 + dt.timedelta(minutes=1))
+    env = {**os.environ, "FAKE_DIR": str(fake.parent), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    code = textwrap.dedent(f"""
+        from pathlib import Path
+        from autograder import on_submit
+        on_submit.Service(Path({str(course)!r}), Path({str(exchange)!r}), python={str(fake)!r}).run(0.05, False)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env)
+    for _ in range(200):                     # until ann's run is under way (it waits on the hold file)
+        if calls(fake):
+            break
+        time.sleep(0.05)
+    assert status(exchange, first)["state"] == "grading" and status(exchange, second)["state"] == "queued"
+    assert status(exchange, second)["ahead"] == 1
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    time.sleep(0.3)
+    alive = subprocess.run(["pgrep", "-f", str(fake)], capture_output=True, text=True).stdout.split()
+    assert not alive, "the grading run died with the service"
+    (fake.parent / "hold").unlink()
+    svc = on_submit.Service(course, exchange, python=str(fake))
+    os.environ["FAKE_DIR"] = str(fake.parent)
+    try:
+        svc.run(poll=0, once=True)
+    finally:
+        del os.environ["FAKE_DIR"]
+    assert states(svc) == {first: "graded", second: "graded"}
+    assert [c["students"] for c in calls(fake)] == [["ann"], ["ann"], ["bob"]], "ann's cut run again, bob once"
+
+
+def test_the_service_and_make_grade_never_grade_at_once(tmp_path):
+    """make grade holds the run lock shared (its shards run side by side), the service exclusive."""
+    probe = ("import fcntl, sys\nh = open(sys.argv[1], 'a')\n"
+             "try:\n    fcntl.flock(h, (fcntl.LOCK_EX if sys.argv[2] == 'ex' else fcntl.LOCK_SH) | fcntl.LOCK_NB)\n"
+             "except BlockingIOError:\n    sys.exit(1)\n")
+    lock = tmp_path / grade.RUN_LOCK
+
+    def could(mode: str) -> bool:
+        return subprocess.run([sys.executable, "-c", probe, str(lock), mode]).returncode == 0
+
+    with grade.grading_run(tmp_path, exclusive=False):
+        assert could("sh") and not could("ex"), "a shard may run beside make grade; the service waits"
+    with grade.grading_run(tmp_path, exclusive=True):
+        assert not could("sh") and not could("ex"), "make grade waits for the service's run"
+    assert could("ex")
+
+
+def test_submit_refuses_past_the_limit_in_words_and_the_list_shows_each_state(tmp_path):
+    """The student's side (trainkit/submit.py): counts their own cached submissions of the last hour that count."""
+    root, cache = tmp_path / "exchange", tmp_path / "cache"
+    folder = root / COURSE_ID / submit.STATUS_DIR
+    folder.mkdir(parents=True)
+    (folder / submit.LIMITS).write_text(json.dumps({LAB: {"per_hour": 2, "show": "visible", "text": "..."}}))
+    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    for minutes, state in ((50, "graded"), (30, "grader_error"), (10, "queued"), (90, "graded")):
+        when = now - dt.timedelta(minutes=minutes)
+        cached = cache / COURSE_ID / f"ann+{LAB}+{when:%Y-%m-%d %H:%M:%S.%f} UTC"
+        cached.mkdir(parents=True)
+        inbound = inbound_name("ann", when)
+        (cached / submit.RECORD).write_text(inbound)
+        (folder / f"{inbound}.json").write_text(json.dumps({"state": state, "detail": "", "ahead": 0}))
+
+    refusal = submit.hourly_refusal(str(root), COURSE_ID, LAB, "ann", str(cache / COURSE_ID), now)
+    first = now - dt.timedelta(minutes=50)
+    assert refusal.startswith(f"Not submitted: {LAB} is graded when you submit, at most 2 time(s) an hour")
+    assert f"since {first:%H:%M} UTC; you can submit again from {first + dt.timedelta(hours=1):%H:%M} UTC" in refusal
+    assert "\n" not in refusal
+    assert submit.hourly_refusal(str(root), COURSE_ID, LAB, "bob", str(cache / COURSE_ID), now) is None
+    (folder / submit.LIMITS).write_text(json.dumps({LAB: {"per_hour": 3, "show": "visible", "text": "..."}}))
+    assert submit.hourly_refusal(str(root), COURSE_ID, LAB, "ann", str(cache / COURSE_ID), now) is None, \
+        "the grader's failure and the submission of 90 minutes ago did not count: a third is fine"
