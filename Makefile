@@ -24,7 +24,7 @@ help:
 	@echo "make install   build .venv from the pins in pyproject.toml (the other targets do it when needed)"
 	@echo "For instructors and maintainers (students never need these; they act on the whole course):"
 	@echo "make test   run the whole test suite (lint, notebooks, autograder proofs, packaging)"
-	@echo "make lint   ruff on the Python sources (part of make test)"
+	@echo "make lint   ruff on the Python sources and notebooks (part of make test)"
 	@echo "make test-portability  run every notebook under other CPU kernel paths (KERNEL_PATHS=\"default avx avx2\"), as other CPUs compute"
 	@echo "make test-notebooks KERNEL_PATH=default  run every notebook once, on one kernel path (empty: this CPU's own)"
 	@echo "make labs   regenerate labs/ from solutions/; stops, overwriting nothing, if a file in labs/ was edited by hand (FORCE=1 overwrites)"
@@ -74,7 +74,7 @@ test: install lint
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup --nbval-lax --nbval-current-env \
 	  --nbval-cell-timeout=600 tests lessons
 
-# The Python sources under ruff (pyproject.toml: [tool.ruff]); part of make test.
+# The Python sources and the notebooks under ruff (pyproject.toml: [tool.ruff]); part of make test.
 lint: install
 	$(BIN)/ruff check --quiet .
 

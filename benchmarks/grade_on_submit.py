@@ -39,6 +39,7 @@ def lab_named(prefix: str) -> str:
 
 
 def course_with_exchange(tmp: Path, labs: list[str], jobs: int) -> tuple[Path, Path, on_submit.Service]:
+    tmp.mkdir(parents=True)
     course = make_course(tmp)
     exchange = tmp / "exchange"
     with open(course / "nbgrader_config.py", "a", encoding="utf-8") as fh:
@@ -60,6 +61,7 @@ def hand_in(exchange: Path, course_id: str, student: str, lab: str, nb) -> str:
     folder.mkdir()
     nbformat.write(nb, str(folder / notebook_name(lab)))
     (folder / "timestamp.txt").write_text(stamp)
+    (folder / "submission_secret.txt").write_text(os.urandom(16).hex())   # feedback's key in the exchange
     return folder.name
 
 
