@@ -12,8 +12,10 @@
   (autograder/on_submit.py; the modes are ``autograder.term.policy.SHOWS``): "everything" (the default, and
   what `make grade` writes), "visible" (the test cells students already have, without hidden tests; a judgement
   exercise's cells are withheld) or "bands" (also each judgement exercise's band cells' scores, without their
-  output, which names the unseen variants). A withheld cell shows "graded later" and no output, and
-  the page's score counts only what it shows.
+  output, which names the unseen variants). A withheld cell shows "graded later" and no score; a test cell
+  with hidden tests says whether its visible tests passed (``visible_outcome``: read from where the cell stopped,
+  which tells nothing of the hidden part), with the visible failure's message. The page's score counts only what
+  it shows.
 - ``FeedbackExporter``, the HTML exporter of generate_feedback, whose template (``templates/course_feedback``,
   built on nbgrader's own feedback template) shows those labels, and "awaiting grading" instead of a score of 0
   for a written answer nobody has graded yet. It is a ``MathMLExporter``: formulas in markdown (``$...$``,
@@ -65,6 +67,27 @@ def label(grade_id: str, cell_type: str, is_solution: bool) -> str:
     return grade_id
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def visible_outcome(cell) -> str | None:
+    """How the visible part of a graded test cell with hidden tests went, without telling how the hidden part did:
+    "failed" when the cell stopped on a statement before ``### BEGIN HIDDEN TESTS`` (the student's own run of the
+    released lab fails there too), "passed" when it stopped on a hidden statement or did not stop, None when the
+    traceback does not say where (a timeout, a kernel that died)."""
+    found = HIDDEN.search(cell.source)
+    errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+    if not found or not errors:
+        return "passed" if found else None
+    first_hidden = cell.source[:found.start()].count("\n") + 1
+    trace = ANSI.sub("", "\n".join(errors[0].get("traceback", [])))
+    # The outermost frame in this cell is the top-level statement that was running (cells run them in order).
+    lines = re.findall(rf"Cell In\[{cell.get('execution_count')}\], line (\d+)", trace)
+    if not lines:
+        return None
+    return "failed" if int(lines[0]) < first_hidden else "passed"
+
+
 def judgement_exercises(nb) -> set[str]:
     """The exercises graded on unseen variants: those with a test cell whose hidden part loads them."""
     return {exercise_of(c.metadata.nbgrader["grade_id"]) for c in nb.cells
@@ -95,17 +118,22 @@ class FeedbackLabels(Preprocessor):
             except MissingEntry:
                 self._pending = {}
             term = policy.load_file(self.course_file) if self.course_file else None
-            info["lateness"] = policy.lateness_note(gb, info.get("student"), info.get("assignment"), term)
+            info["lateness"] = policy.lateness_note(gb, info.get("student"), info.get("assignment"), term,
+                                                    points=self.show == "everything")
             nb, resources = super().preprocess(nb, resources)
         pending = [c.metadata.nbgrader for c in nb.cells if c.metadata.get("nbgrader", {}).get("pending")]
         info["pending_points"] = float(sum(m.get("points") or 0 for m in pending))
         info["pending_count"] = len(pending)
-        withheld = [c.metadata.nbgrader for c in nb.cells if c.metadata.get("nbgrader", {}).get("withheld")]
+        graded = [c.metadata.nbgrader for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+        withheld = [m for m in graded if m.get("withheld")]
         info["withheld_points"] = float(sum(m.get("points") or 0 for m in withheld))
         info["withheld_count"] = len(withheld)
         if withheld:   # the page's score is what it shows: a withheld cell's score would tell its result
-            info["score"] = float(info["score"]) - float(sum(m.get("score") or 0 for m in withheld))
-            info["max_score"] = float(info["max_score"]) - info["withheld_points"]
+            shown = [m for m in graded if not m.get("withheld") and not m.get("pending")]
+            info["shown_score"] = float(sum(m.get("score") or 0 for m in shown))
+            info["shown_points"] = float(sum(m.get("points") or 0 for m in shown))
+            outcomes = [m["visible_outcome"] for m in withheld if m.get("visible_outcome")]
+            info["visible_passed"], info["visible_checked"] = outcomes.count("passed"), len(outcomes)
         return nb, resources
 
     def withholds(self, cell) -> str:
@@ -128,9 +156,15 @@ class FeedbackLabels(Preprocessor):
         meta["pending"] = self._pending.get(gid, False)
         withhold = self.withholds(cell)
         if withhold:
-            cell.outputs = []    # what a withheld test printed would name the hidden tests or unseen variants
+            outcome = visible_outcome(cell) if withhold == "all" and exercise_of(gid) not in self._judgement else None
+            errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+            # What a withheld test printed would name the hidden tests or unseen variants; a visible test's failure
+            # is what the student's own run shows: its message stays.
+            cell.outputs = [{**errors[0], "traceback": [f"{errors[0].get('ename', 'Error')}: "
+                                                        f"{errors[0].get('evalue', '')}"]}] if outcome == "failed" else []
             cell.source = HIDDEN.sub(self.hidden_placeholder, cell.source)
             meta["withheld"] = withhold == "all"
+            meta["visible_outcome"] = outcome or ""
             return cell, resources
         if cell.cell_type == "code" and not meta.get("solution") and HIDDEN.search(cell.source):
             meta["label"] += " (+ hidden tests)"

@@ -96,10 +96,49 @@ def test_feedback_graded_on_submit_withholds_what_the_labs_mode_says(assignment)
             shown_output = show == "everything" or not (hidden or in_judgement)
             assert bool(cell.outputs) == shown_output, (show, gid, "output")
             assert "BEGIN HIDDEN TESTS" not in cell.source
-    info = {"notebook": assignment, "score": 3.0, "max_score": 10.0, "pending_count": 0, "late_penalty": 0,
-            "withheld_count": 2, "withheld_points": 4.0}
+    info = {"notebook": assignment, "score": 9.0, "max_score": 14.0, "pending_count": 0, "late_penalty": 1.5,
+            "withheld_count": 2, "withheld_points": 4.0, "shown_score": 3.0, "shown_points": 10.0,
+            "visible_passed": 1, "visible_checked": 2}
     page = feedback_html(nbformat.v4.new_notebook(), info)
-    assert "Score so far: 3 / 10, 4 more points" in re.sub(r"<[^>]+>", "", page) and "graded later" in page
+    body = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", page.split("<body", 1)[1]))
+    assert (f"{assignment} (graded on submit: visible tests pass in 1 of 2 test cells, score so far 3 / 10, 4 points "
+            "graded later)") in body, body[:600]
+    assert "Score:" not in body and "9 / 14" not in body and "1.5" not in body, "neither the whole score nor the " \
+        "penalty in points (either would tell what is withheld)"
+
+
+def graded_cell(source: str, failing_line: int | None, count: int = 7):
+    """A test cell as autograde leaves it: stopped by an AssertionError on ``failing_line`` (None: it passed)."""
+    cell = nbformat.v4.new_code_cell(source, execution_count=count)
+    cell.metadata["nbgrader"] = {"grade": True, "grade_id": "test_thing__part", "points": 2, "solution": False,
+                                 "locked": True}
+    if failing_line:
+        frame = f"\x1b[36mCell\x1b[39m\x1b[36m \x1b[39m\x1b[32mIn[{count}]\x1b[39m\x1b[32m, line {failing_line}\x1b[39m\n"
+        inner = "\x1b[36mCell\x1b[39m In[3], line 2, in helper()\n"
+        cell.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue=f"line {failing_line} says no",
+                                               traceback=["---", frame, inner, f"AssertionError: line {failing_line}"])]
+    return cell
+
+
+def test_visible_mode_tells_how_the_visible_tests_went_and_nothing_of_the_hidden_ones():
+    source = "x = 1\nexpect(x == 1, 'visible one')\nhelper()\n### BEGIN HIDDEN TESTS\nhelper()\nexpect(False, 'hid')\n" \
+             "### END HIDDEN TESTS\n"
+    outcomes = {}
+    for failing in (None, 2, 3, 5, 6):
+        (cell,) = run_labels(nbformat.v4.new_notebook(cells=[graded_cell(source, failing)]), show="visible")
+        meta = cell.metadata.nbgrader
+        outcomes[failing] = meta["visible_outcome"]
+        assert meta["withheld"] and "BEGIN HIDDEN" not in cell.source
+        if meta["visible_outcome"] == "failed":
+            (err,) = cell.outputs
+            assert err["evalue"] == f"line {failing} says no" and len(err["traceback"]) == 1
+        else:
+            assert cell.outputs == [], "nothing printed by a cell whose hidden part ran is shown"
+    assert outcomes == {None: "passed", 2: "failed", 3: "failed", 5: "passed", 6: "passed"}
+    no_frame = graded_cell(source, 2)
+    no_frame.outputs[0]["traceback"] = ["Timeout: the cell ran past its limit"]
+    (cell,) = run_labels(nbformat.v4.new_notebook(cells=[no_frame]), show="visible")
+    assert cell.metadata.nbgrader["visible_outcome"] == "" and cell.outputs == [], "unknown: say nothing"
 
 
 def test_nbgrader_config_wires_feedback_export_and_exchange():

@@ -488,8 +488,8 @@ def check_grade_on_submit(hub, students: list[Member], batch: dict, out_of: floa
     assert ann.submissions()[-1]["has_exchange_feedback"], ann.submissions()[-1]
     assert newest_feedback_score(ann) == f"{batch[ann.name]:g}/{out_of:g}", "the batch grader's score"
     refusal = ann.action("submit", refused=True)["value"]
-    assert refusal.startswith(f"Not submitted: {LAB} is graded when you submit, at most 1 time(s) an hour") and \
-        "you can submit again from" in refusal and "Traceback" not in refusal, refusal
+    assert refusal.startswith(f"Not submitted: you can submit {LAB} again from ") and \
+        "It is graded when you submit, at most once an hour" in refusal and "Traceback" not in refusal, refusal
 
     bob.action("submit")
     wait_for("bob's grading", lambda: "being graded now" in latest_state(bob), 60)
@@ -539,8 +539,11 @@ def test_the_hub_configuration_loads_listens_on_loopback_and_names_the_course(tm
     assert course_id == hub.COURSE_ID
     assert config.JupyterHub.load_groups == {f"nbgrader-{course_id}": {"users": ["ann", "bob"]},
                                              f"formgrade-{course_id}": {"users": ["cy"]}}
-    assert [s["name"] for s in config.JupyterHub.services] == [course_id]
+    assert [s["name"] for s in config.JupyterHub.services] == [course_id, "grade-on-submit"]
     assert config.JupyterHub.services[0]["environment"]["JUPYTER_RUNTIME_DIR"] == str(tmp_path / "runtime" / course_id)
+    on_submit = config.JupyterHub.services[1]
+    assert on_submit["user"] == "grader" and "url" not in on_submit, "no route through the proxy"
+    assert on_submit["command"][1:3] == ["-m", "autograder.on_submit"]
     assert not [r for r in config.JupyterHub.load_roles if r.get("services")], "the service holds a role"
     assert config.JupyterHub.bind_url.startswith("http://127.0.0.1:")
     assert config.Authenticator.allowed_users == {"ann", "bob", "cy"}

@@ -225,8 +225,10 @@ def test_submit_refuses_past_the_limit_in_words_and_the_list_shows_each_state(tm
 
     refusal = submit.hourly_refusal(str(root), COURSE_ID, LAB, "ann", str(cache / COURSE_ID), now)
     first = now - dt.timedelta(minutes=50)
-    assert refusal.startswith(f"Not submitted: {LAB} is graded when you submit, at most 2 time(s) an hour")
-    assert f"since {first:%H:%M} UTC; you can submit again from {first + dt.timedelta(hours=1):%H:%M} UTC" in refusal
+    again = first + dt.timedelta(hours=1)
+    assert refusal.startswith(f"Not submitted: you can submit {LAB} again from {again:%H:%M} UTC. It is graded when "
+                              f"you submit, at most 2 times an hour, and you submitted it 2 time(s) since "
+                              f"{first:%H:%M} UTC."), refusal
     assert "\n" not in refusal
     assert submit.hourly_refusal(str(root), COURSE_ID, LAB, "bob", str(cache / COURSE_ID), now) is None
     (folder / submit.LIMITS).write_text(json.dumps({LAB: {"per_hour": 3, "show": "visible", "text": "..."}}))

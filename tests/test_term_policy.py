@@ -106,6 +106,18 @@ def test_the_penalty_follows_the_policy_from_the_exchanges_time(course, when, pe
     assert words in note, note
 
 
+def test_feedback_that_withholds_tests_names_the_share_lost_not_the_points(course):
+    write_term(course, HOURLY)
+    submit(course, "ada", LAB1, "2025-10-07 01:29:00", score=7.0)
+    submit(course, "bob", LAB1, "2025-10-10 22:59:00", score=7.0)
+    synced(course)
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        ada, bob = (policy.lateness_note(gb, s, LAB1, policy.load(course), points=False) for s in ("ada", "bob"))
+    assert ada.endswith("2 h 30 min late: 15 % of the score, taken off the final score."), ada
+    assert bob.endswith("past the cut-off of 3 days: the score is 0."), bob
+    assert "1.05" not in ada and "7" not in bob.split("Submitted")[1], "the points would tell the whole score"
+
+
 def test_an_extension_moves_that_students_deadline_only(course):
     write_term(course, HOURLY + """
 [[extension]]

@@ -92,9 +92,11 @@ def hourly_refusal(exchange_root: str, course: str, lab: str, student: str, cach
     if len(used) < per_hour:
         return None
     again = min(used) + dt.timedelta(hours=1)
-    return (f"Not submitted: {lab} is graded when you submit, at most {per_hour} time(s) an hour, and you have "
-            f"submitted it {len(used)} time(s) since {min(used):%H:%M} UTC; you can submit again from "
-            f"{again:%H:%M} UTC. Your work is as you left it.")
+    # The dialog shows one line without wrapping: what to do comes first.
+    times = "once" if per_hour == 1 else f"{per_hour} times"
+    return (f"Not submitted: you can submit {lab} again from {again:%H:%M} UTC. It is graded when you submit, at "
+            f"most {times} an hour, and you submitted it {len(used)} time(s) since {min(used):%H:%M} UTC. Your work "
+            f"is as you left it.")
 
 
 class SubmitRefused(ExchangeError):

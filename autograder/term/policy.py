@@ -38,10 +38,11 @@ ON_SUBMIT_KEYS = {"per_hour", "labs"}
 # What the feedback of a submission graded on submit shows (autograder/on_submit.py, autograder/feedback.py), in the
 # words students read before they submit.
 SHOWS = {
-    "visible": "the tests you can already see in the lab; hidden tests and the judgement exercises (their unseen "
-               "variants) are graded after the deadline",
-    "bands": "the tests you can already see in the lab and the band each judgement exercise reached (not which of "
-             "its unseen variants failed); hidden tests are graded after the deadline",
+    "visible": "whether the tests you can already see in the lab pass; the score of a test cell with hidden tests, "
+               "and the judgement exercises (their unseen variants), are graded after the deadline",
+    "bands": "whether the tests you can already see in the lab pass, and the band each judgement exercise reached "
+             "(not which of its unseen variants failed); the score of a test cell with hidden tests is graded after "
+             "the deadline",
     "everything": "every test, hidden tests and judgement exercises included",
 }
 
@@ -428,9 +429,11 @@ def _pct(fraction: float) -> str:
     return f"{fraction * 100:g} %"
 
 
-def lateness_note(gb, student: str, lab: str, term: Term | None) -> str:
+def lateness_note(gb, student: str, lab: str, term: Term | None, points: bool = True) -> str:
     """The feedback's line on time: the due date (and the student's extension and late days), when the exchange
-    recorded the submission, how late that was and what it cost. "" when the lab has no due date or no time."""
+    recorded the submission, how late that was and what it cost. "" when the lab has no due date or no time.
+    Without ``points`` it names the share of the score lost, not the points (feedback that withholds part of the
+    grading: the points would tell the whole score)."""
     from nbgrader.api import MissingEntry
 
     try:
@@ -460,15 +463,16 @@ def lateness_note(gb, student: str, lab: str, term: Term | None) -> str:
     if late <= 0:
         text += " On time: no penalty."
     elif policy is None:
-        text += f" {_duration(late)} late; penalty {penalty:g} points."
+        text += f" {_duration(late)} late; penalty {penalty:g} points." if points else f" {_duration(late)} late."
     elif policy.fraction(late) == 0:
         text += (f" {_duration(late)} late, within the {policy.grace_minutes:g}-minute grace period: no penalty."
                  if late <= policy.grace_minutes * 60 else f" {_duration(late)} late: no penalty.")
     elif policy.fraction(late) == 1.0 and policy.cutoff_hours is not None and late > policy.cutoff_hours * 3600:
         text += (f" {_duration(late)} late, past the cut-off of {_duration(policy.cutoff_hours * 3600)}: the "
-                 f"score is 0 (a penalty of {penalty:g} points).")
+                 f"score is 0" + (f" (a penalty of {penalty:g} points)." if points else "."))
     else:
-        text += f" {_duration(late)} late: {_pct(policy.fraction(late))} of the score, a penalty of {penalty:g} points."
+        text += (f" {_duration(late)} late: {_pct(policy.fraction(late))} of the score"
+                 + (f", a penalty of {penalty:g} points." if points else ", taken off the final score."))
     if term and policy and policy.late_days:
         used = 0
         for other in gb.find_student(student).submissions:
