@@ -14,6 +14,11 @@ The results are then written into the course gradebook one submission at a time 
 concurrently), the autograded notebooks copied to ``autograded/``, feedback HTML written to ``feedback/``,
 a grades CSV to ``grades/grades.csv`` (nbgrader's export format), and a table printed.
 
+Grade on submit (autograder/on_submit.py) runs this same pipeline for one lab's waiting submissions: ``--collect``
+(nbgrader's owner-checked collect of those students' latest submissions), ``--release-feedback``, ``--show`` (what the
+feedback shows), ``--exclusive`` (a whole run holds the course's grading-run lock alone; `make grade` holds it
+shared, so the two never grade at once) and ``--report`` (each submission's outcome as JSON).
+
 Due dates, late penalties and extensions come from the course file, term.toml (autograder/term/policy.py): it is
 written into the course gradebook before grading and again after, so every penalty it affects is recomputed; a
 malformed course file stops it before anything is graded.

@@ -6,6 +6,7 @@ import csv
 import datetime as dt
 import re
 import sys
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -281,6 +282,41 @@ def test_released_labs_carry_their_due_date_and_no_extension(tmp_path):
     assert "15 minutes' grace; then 5 % of the score per started hour late, at most 50 %" in note
     assert "ada" not in note and "illness" not in note and "48" not in note, "no student's extension ships"
     assert "graded when you submit" not in note
+
+
+def test_make_labs_knows_its_own_due_notes_from_a_hand_edited_one(tmp_path, monkeypatch):
+    """make labs' check of hand edits (publish/release.py) regenerates into a scratch copy, due notes included: the
+    DUE.md it wrote is its own, an edited one is a person's, and a DUE.md of an older course file that the last make
+    labs wrote (its record) is still its own."""
+    import json
+    import shutil
+    import subprocess
+
+    from publish import release
+
+    for folder in ("solutions", "labs"):
+        shutil.copytree(ROOT / folder / LAB2, tmp_path / folder / LAB2)
+    (tmp_path / "solutions" / LAB1).mkdir()
+    shutil.copy(ROOT / "nbgrader_config.py", tmp_path)
+    write_term(tmp_path, HOURLY)
+    policy.write_due_notes(tmp_path)
+
+    def generate(scratch, names, capture):   # nbgrader's output is the committed release (test_packaging holds that)
+        for name in names:
+            shutil.copytree(ROOT / "labs" / name, scratch / "labs" / name)
+        return subprocess.CompletedProcess([], 0, "", "")
+
+    monkeypatch.setattr(release, "_generate", generate)
+    due = Path("labs") / LAB2 / policy.DUE_NOTE
+    assert release.hand_edited(tmp_path) == [], "the due note make labs writes is its own"
+    text = (tmp_path / due).read_text()
+    (tmp_path / due).write_text(text.replace("5 %", "1 %"))
+    assert release.hand_edited(tmp_path) == [due], "an edited due note is a hand edit"
+    (tmp_path / due).write_text(text)
+    (tmp_path / release.RECORD).write_text(json.dumps({rel.as_posix(): release.sha256(tmp_path / rel)
+                                                      for rel in release.released_files(tmp_path)}))
+    write_term(tmp_path, HOURLY.replace("penalty_per_hour = 0.05", "penalty_per_hour = 0.1"))
+    assert release.hand_edited(tmp_path) == [], "written by the last make labs: regenerated with the new course file"
 
 
 def test_a_lab_graded_on_submit_says_so_before_the_student_submits(tmp_path):
