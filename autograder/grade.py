@@ -584,6 +584,19 @@ def written_column(course: Path, student: str, assignment: str) -> str:
         return f"{sum(g.score or 0.0 for g in manual):g} / {sum(g.max_score for g in manual):g}"
 
 
+def late_column(course: Path, student: str, assignment: str) -> str:
+    """The table's "late" column: the late penalty the course file charged ("-1.5"), "" when none (the Formgrader's
+    own tables show the score before it; the CSV, the feedback and the LMS export charge it)."""
+    from nbgrader.api import MissingEntry
+
+    with gradebook(course) as gb:
+        try:
+            penalty = gb.find_submission(assignment, student).late_submission_penalty
+        except MissingEntry:
+            return ""
+    return f"-{penalty:g}" if penalty else ""
+
+
 BATCH_PREFIX = "nbgrade-"
 
 
@@ -808,12 +821,12 @@ def run(args, course: Path) -> int:
         print(f"warning: {csv} was not written, see {logs / 'export.log'}")
 
     # "written": points that still await manual grading (Formgrader), or the manual score once graded.
-    print(f"\n{'student':<20} {'assignment':<28} {'auto score':>12}  {'written':<10}  status")
+    print(f"\n{'student':<20} {'assignment':<28} {'auto score':>12}  {'written':<10}  {'late':<6}  status")
     for student, assignment in subs:
         got, out_of, _ = scores(course, student, assignment)
         status = f"FAILED: {failed[(student, assignment)]}" if (student, assignment) in failed else "ok"
-        written = written_column(course, student, assignment)
-        print(f"{student:<20} {assignment:<28} {got:>5g} / {out_of:<5g}  {written:<10}  {status}")
+        written, late = written_column(course, student, assignment), late_column(course, student, assignment)
+        print(f"{student:<20} {assignment:<28} {got:>5g} / {out_of:<5g}  {written:<10}  {late:<6}  {status}")
     pending = [f"{s}/{a}" for s, a in subs if scores(course, s, a)[2]]
     if pending:
         print(f"\n{len(pending)} submission(s) await manual grading (Formgrader); then `make grade` again "

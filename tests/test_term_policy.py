@@ -363,6 +363,8 @@ hours = 2
         sub = gb.find_submission(FASTEST_LAB, "bob")
         score, penalty = sub.score, sub.late_submission_penalty
     assert penalty == pytest.approx(0.05 * score) and score > 0, (score, penalty)
+    row = next(ln for ln in proc.stdout.splitlines() if ln.split()[:2] == ["bob", FASTEST_LAB])
+    assert f" -{penalty:g} " in row, f"make grade's table names the penalty: {row}"
     assert f"Late submission penalty: {penalty:g}" in log
     (row,) = list(csv.DictReader(open(course / "grades" / "grades.csv", encoding="utf-8")))
     assert float(row["late_submission_penalty"]) == pytest.approx(penalty) and row["duedate"] == "2025-10-06 22:59:00"
