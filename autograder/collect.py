@@ -20,6 +20,11 @@ it). Every genuine submission is collected as usual, then the collect fails with
 refused folder, so ``nbgrader collect`` exits with status 1 and the Formgrader's Collect dialog says "Error"
 with that paragraph, not "Success".
 
+Which submission of a student is collected: the latest, as nbgrader does, unless the course file (term.toml,
+autograder/term/policy.py) says ``final = "last_on_time"``: then the last one made by the student's own deadline
+(due date and extension), if there is one, and it replaces a newer one collected before (grade on submit collects
+each new one: ``take_latest``).
+
 Where the exchange is used without an account per student (one account on a laptop, a demo), every folder is
 the instructor's own and all are refused: ``c.OwnerCheckedCollect.accept_own_folders = True`` also accepts
 folders owned by the account that runs collect, whatever student they name. Anyone who can run as that account
@@ -54,6 +59,9 @@ class OwnerCheckedCollect(ExchangeCollect):
         False, help="Also accept inbound folders owned by the account that runs collect, whatever student they "
                     "name: only for an exchange used without an account per student (one account on a laptop).",
     ).tag(config=True)
+    take_latest = Bool(
+        False, help="Collect each student's latest submission whatever the course file's final rule (grade on "
+                    "submit grades the submission just made).").tag(config=True)
     clock_skew = Float(
         300.0, help="Seconds a submission's timestamp may lie in the future (clocks of different machines differ) "
                     "before the submission is refused.",
@@ -64,9 +72,27 @@ class OwnerCheckedCollect(ExchangeCollect):
         self.collected = 0
         if self.accept_own_folders:
             self.check_owner = False   # nbgrader's own warning would fire for every folder the opt-out accepts
+        self.genuine: dict[str, list[dict]] = {}
         super().init_src()
         # _sort_by_timestamp offers nbgrader a refused folder only for a student with nothing else: dropped here
         self.src_records = [r for r in self.src_records if "refused" not in r]
+        self.apply_final_rule()
+
+    def apply_final_rule(self) -> None:
+        """The course file's ``final = "last_on_time"``: each student's last submission made by their deadline."""
+        from autograder.term import policy
+
+        lab = self.coursedir.assignment_id
+        term = policy.load(self.coursedir.root)
+        if self.take_latest or term is None or term.policy.final != "last_on_time" or lab not in term.due:
+            return
+        chosen = []
+        for record in self.src_records:
+            student = record["username"]
+            on_time = [r for r in self.genuine.get(student, []) if r["timestamp"] <= term.on_time_until(student, lab)]
+            chosen.append(on_time[0] if on_time else record)
+        self.src_records = chosen
+        self.before_duedate = True   # nbgrader's copy then replaces a newer submission collected before
 
     def _path_to_record(self, path):
         try:
@@ -84,6 +110,8 @@ class OwnerCheckedCollect(ExchangeCollect):
     def _sort_by_timestamp(self, records):
         # nbgrader picks the first of these as the student's latest submission: the refused take no part in that
         genuine = [r for r in records if "refused" not in r]
+        if genuine:
+            self.genuine[genuine[0]["username"]] = super()._sort_by_timestamp(genuine)
         return super()._sort_by_timestamp(genuine or records)
 
     def _refusal(self, path: str, record: dict) -> str | None:

@@ -705,8 +705,8 @@ def collect_latest(course: Path, assignments: list[str], students: list[str], lo
     for assignment in assignments:
         for student in students:
             log = logs / f"collect_{student}_{assignment}.log"
-            if not nbgrader_in_process(course, "collect", assignment, log=log,
-                                       **{"CourseDirectory.student_id": student}):
+            if not nbgrader_in_process(course, "collect", assignment, log=log,   # the one just made
+                                       **{"CourseDirectory.student_id": student, "OwnerCheckedCollect.take_latest": True}):
                 problems.append(f"collect of {student}/{assignment} failed, see {log}")
     return problems
 

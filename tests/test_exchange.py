@@ -356,3 +356,41 @@ def test_collect_refuses_a_name_without_an_account_a_future_timestamp_and_a_link
     again = [line for line in result.get("log", "").splitlines() if "Refused again" in line]
     assert result["success"] and len(again) == 2, result
     assert (course / "submitted" / "nbx-no-such-account" / LAB / "nb" / "lab.ipynb").read_text(encoding="utf-8") == "FORGED"
+
+
+def test_collect_takes_the_last_submission_on_time_when_the_course_file_says_so(tmp_path):
+    """term.toml's final = "last_on_time": the instructor's collect takes each student's last submission made by their
+    own deadline (an extension moves it), replacing a newer one collected before; grade on submit takes the latest."""
+    from nbgrader.apps import NbGraderAPI
+    from traitlets.config.loader import PyFileConfigLoader
+
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    inbound = tmp_path / "exchange" / COURSE_ID / "inbound"
+    inbound.mkdir(parents=True)
+    course = tmp_path / "course"
+    (course / "solutions" / LAB).mkdir(parents=True)
+    due = datetime.datetime(2026, 3, 2, 12, 0, tzinfo=datetime.timezone.utc)
+    for hours, text in ((-5, "EARLY"), (-1, "ON TIME"), (3, "LATE")):
+        when = due + datetime.timedelta(hours=hours)
+        folder = inbound / f"{me}+{LAB}+{stamp(when)}+{text.replace(' ', '')}"
+        (folder / "nb").mkdir(parents=True)
+        (folder / "timestamp.txt").write_text(stamp(when), encoding="utf-8")
+        (folder / "nb" / "lab.ipynb").write_text(text, encoding="utf-8")
+    term = f'version = 1\n[policy]\nfinal = "last_on_time"\n[labs]\n{LAB} = {due:%Y-%m-%dT%H:%M:%SZ}\n'
+
+    def collect(text: str, **extra) -> str:
+        (course / "term.toml").write_text(text, encoding="utf-8")
+        config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+        config.CourseDirectory.root = str(course)
+        config.CourseDirectory.db_url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+        config.Exchange.root = str(tmp_path / "exchange")
+        for key, value in {"accept_own_folders": True, **extra}.items():
+            setattr(config.OwnerCheckedCollect, key, value)
+        assert NbGraderAPI(config=config).collect(LAB)["success"]
+        return (course / "submitted" / me / LAB / "nb" / "lab.ipynb").read_text(encoding="utf-8")
+
+    assert collect(term, take_latest=True) == "LATE", "grade on submit collects the one just made"
+    assert collect(term) == "ON TIME", "the course file's rule replaces the newer one collected before"
+    extended = term + f'[[extension]]\nstudent = "{me}"\nlab = "{LAB}"\nhours = 4\n'
+    assert collect(extended) == "LATE", "on time by the student's own extension"
+    assert collect(term.replace("last_on_time", "latest")) == "LATE", "nbgrader's rule: the latest"

@@ -240,6 +240,7 @@ def test_nbgrader_config_wires_the_plugin_and_the_feedback_to_the_course_file():
     ("version = 1\n[labs]\n01_signal_propagation = 2025-10-06T23:59:00Z\n[[extension]]\nstudent = \"ada\"\n"
      "lab = \"01_signal_propagation\"\nuntil = 2025-10-05T23:59:00Z\n", "extension #1.until"),
     ("version = 1\n[labs\n", "not valid TOML"),
+    ("version = 1\n[policy]\nfinal = \"best\"\n", "policy.final"),
     ("version = 1\n[on_submit]\nper_hour = 0\n", "on_submit.per_hour"),
     ("version = 1\n[on_submit]\nper_hour = 2\n[on_submit.labs]\n01_signal_propagation = \"visible\"\n",
      "on_submit.labs.01_signal_propagation"),                                   # no due date

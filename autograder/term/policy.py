@@ -32,7 +32,8 @@ VERSION = 1
 DUE_NOTE = "DUE.md"   # written into each released lab folder by `make labs` (publish/release.py)
 DAY = dt.timedelta(days=1)
 POLICY_KEYS = {"grace_minutes", "penalty_per_hour", "penalty_per_day", "cap", "cutoff_hours", "cutoff_days",
-               "late_days"}
+               "late_days", "final"}
+FINAL = ("latest", "last_on_time")   # which submission the instructor's collect takes (autograder/collect.py)
 EXTENSION_KEYS = {"student", "lab", "until", "hours", "note"}
 ON_SUBMIT_KEYS = {"per_hour", "labs"}
 # What the feedback of a submission graded on submit shows (autograder/on_submit.py, autograder/feedback.py), in the
@@ -60,6 +61,7 @@ class Policy:
     cap: float | None = None          # at most this fraction is taken off
     cutoff_hours: float | None = None  # later than this, the score is 0
     late_days: int = 0                # whole days per student for the term, drawn in submission order
+    final: str = "latest"             # the submission graded: the latest, or the last one made on time (if any)
 
     def fraction(self, seconds_late: float) -> float:
         """The fraction of the score a submission this late loses (0 on time or within the grace period)."""
@@ -91,6 +93,9 @@ class Policy:
         if self.cutoff_hours is not None:
             parts.append(f"a submission more than {_duration(self.cutoff_hours * 3600)} late scores 0")
         text = ("Late work: " + "; ".join(parts) + ".") if parts else "Late work is not penalised."
+        if self.final == "last_on_time":
+            text += (" If you submit again after your deadline, the last submission you made on time is the one "
+                     "graded.")
         if self.late_days:
             text += (f" You have {self.late_days} late day{'s' if self.late_days != 1 else ''} for the term: each "
                      "late submission uses whole days from it automatically, in the order you submit, before any "
@@ -139,6 +144,11 @@ class Term:
 
     def due_utc(self, lab: str) -> dt.datetime:
         return to_utc(self.due[lab])
+
+    def on_time_until(self, student: str, lab: str) -> dt.datetime:
+        """The student's own deadline (naive UTC): the due date moved by their extension (late days are for late
+        work: they do not make a submission on time)."""
+        return self.due_utc(lab) + self.extensions.get((student, lab), dt.timedelta(0))
 
     def deadlines(self, times: dict[tuple[str, str], dt.datetime]) -> dict[tuple[str, str], Deadline]:
         """Each (student, lab) deadline, from the submission times (naive UTC) of the labs this file lists.
@@ -230,9 +240,12 @@ def parse(text: str, name: str = COURSE_FILE, labs: set[str] | None = None) -> T
     cutoff = number("cutoff_hours")
     if "cutoff_days" in raw:
         cutoff = number("cutoff_days") * 24
+    final = raw.get("final", "latest")
+    if final not in FINAL:
+        raise bad("policy.final", f"must be one of {', '.join(repr(f) for f in FINAL)}, not {final!r}")
     policy = Policy(grace_minutes=number("grace_minutes") or 0.0, per_hour=number("penalty_per_hour", 1),
                     per_day=number("penalty_per_day", 1), cap=number("cap", 1), cutoff_hours=cutoff,
-                    late_days=late_days)
+                    late_days=late_days, final=final)
 
     due_table = data.get("labs", {})
     if not isinstance(due_table, dict):
