@@ -364,9 +364,14 @@ def test_a_class_round_trip_through_the_hub(hub):
         hub["users"].run(*hub["instructor"], course, "make", "--no-print-directory", "install")
         instructor = Member(url, *hub["instructor"], password=INSTRUCTOR_PASSWORD)
         students = [Member(url, *s) for s in hub["students"]]
+        term = course / "term.toml"      # a due date far ahead, and an extension for the second student
+        term.write_text(f'version = 1\n[labs]\n{LAB} = 2099-01-01T00:00:00Z\n[[extension]]\n'
+                        f'student = "{students[1].name}"\nlab = "{LAB}"\nhours = 48\nnote = "doctor"\n')
+        subprocess.run(["chown", f"{hub['instructor'][0]}:{hub['instructor'][0]}", str(term)], check=True)
         started = time.monotonic()
         for member in [instructor, *students]:
             member.start_server()
+        check_deadlines(students)
         print(f"hub up in {hub['start_s']:.1f} s; three servers started in {time.monotonic() - started:.1f} s")
         attack_logins(hub, students)
         attack_with_the_service_token(hub, students)
@@ -452,6 +457,16 @@ def test_a_class_round_trip_through_the_hub(hub):
         for log in (course / "grades" / "on_submit").glob("*.log"):   # grade on submit's runs
             print(f"--- {log}\n{log.read_text(encoding='utf-8')[-4000:]}")
         raise
+
+
+def check_deadlines(students: list[Member]) -> None:
+    """Each student's server start wrote their own deadlines, extension included, readable by them alone."""
+    mine, theirs = ((s.home / COURSE_ID / "DEADLINES.md") for s in students)
+    assert f"- {LAB}: due Thu 1 Jan 2099, 00:00 (UTC)." in mine.read_text(encoding="utf-8")
+    text = theirs.read_text(encoding="utf-8")
+    assert "your extension moves it to Sat 3 Jan 2099, 00:00 (UTC)" in text and "doctor" not in text, text
+    assert theirs.stat().st_uid == pwd.getpwnam(students[1].name).pw_uid and theirs.stat().st_mode & 0o077 == 0
+    assert "extension" not in mine.read_text(encoding="utf-8").split("\n\n", 2)[2], "no one else's extension"
 
 
 def latest_state(student: Member) -> str:

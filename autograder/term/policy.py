@@ -411,6 +411,26 @@ def due_note(term: Term, lab: str) -> str:
             + (f"\n{term.on_submit.describe(lab)}\n" if term.on_submit and lab in term.on_submit.show else ""))
 
 
+DEADLINES = "DEADLINES.md"   # in each student's ~/<course>/ on the hub (publish/jupyterhub/jupyterhub_config.py)
+
+
+def deadlines_note(term: Term, student: str, course_id: str) -> str:
+    """One student's own deadlines, extensions included: what the hub writes into that student's home (only they can
+    read it) each time their server starts, so that they see an extension before they submit."""
+    lines = [f"# Your deadlines ({course_id})", "",
+             f"Written for {student} when your server started, from the course's course file: your own due dates, "
+             "with any extension your instructor granted you. Only you can read this file; it is rewritten at each "
+             "start (File > Hub Control Panel > Stop My Server, then Start, shows a new extension).", ""]
+    for lab in sorted(term.due):
+        line = f"- {lab}: due {when_text(term.due[lab])}"
+        extension = term.extensions.get((student, lab))
+        if extension:
+            moved = (term.due_utc(lab) + extension).replace(tzinfo=dt.timezone.utc).astimezone(term.due[lab].tzinfo)
+            line += f"; your extension moves it to {when_text(moved)}"
+        lines.append(line + ".")
+    return "\n".join([*lines, "", term.policy.describe(), ""])
+
+
 def write_due_notes(course: Path | str, release: str = "labs", into: Path | str | None = None) -> list[Path]:
     """Write DUE.md into each released lab folder the course file lists (under ``into``, default the course: make
     labs' check of hand edits writes them into its scratch copy); returns the files written."""

@@ -85,6 +85,28 @@ def copy_lessons(spawner) -> None:
         spawner.log.warning("the lessons were not copied to %s: %s", target, copy.stderr.strip())
 
 
+def write_deadlines(spawner) -> None:
+    """~/<course>/DEADLINES.md: each lab's due date with this student's own extension (autograder/term/policy.py),
+    from the course file in the checkout (students cannot read it), rewritten at each server start. Written by the
+    student's own account, private to them (umask 077): the only place an extension shows before a submission."""
+    try:
+        from autograder.term import policy
+        term = policy.load(S["course"])
+    except Exception as exc:   # noqa: BLE001 -- a malformed course file must not stop anyone's server
+        spawner.log.warning("no DEADLINES.md for %s: %s", spawner.user.name, exc)
+        return
+    if term is None or not term.due:
+        return
+    account = pwd.getpwnam(spawner.user.name)
+    folder = Path(account.pw_dir) / COURSE_ID
+    write = subprocess.run(["sh", "-c", 'mkdir -p "$1" && cat > "$1/$2"', "sh", str(folder), policy.DEADLINES],
+                           input=policy.deadlines_note(term, spawner.user.name, COURSE_ID), user=account.pw_uid,
+                           group=account.pw_gid, extra_groups=[], umask=0o077, cwd=account.pw_dir,
+                           capture_output=True, text=True, timeout=30)
+    if write.returncode != 0:
+        spawner.log.warning("no DEADLINES.md for %s: %s", spawner.user.name, write.stderr.strip())
+
+
 def before_spawn(spawner):
     role = "instructor" if spawner.user.name in INSTRUCTORS else "student"
     spawner.environment = {**spawner.environment,    # a new dict: never the one other spawners may share
@@ -94,6 +116,7 @@ def before_spawn(spawner):
     }
     if role == "student":
         copy_lessons(spawner)
+        write_deadlines(spawner)
 
 
 c.Spawner.pre_spawn_hook = before_spawn
