@@ -293,8 +293,24 @@ def main() -> None:
         mfu = f"{100 * r['mfu']:.1f}%" if "mfu" in r else "-"
         print(f"| {r['loop']} | {r['size']} | {shown_precision(r['precision'], device)} | {'yes' if r['compile'] else 'no'} | "
               f"{r['procs']} x {r['threads']} | {tok} | {cpu} | {mfu} |")
+    print_ratios(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+def print_ratios(rows: list[dict]) -> None:
+    """The two ratios the rows are for, per group: what the loop costs (Trainer.train_step against the textbook step
+    on the same model and batches) and what the model costs (that step against the GPT-2-style baseline)."""
+    one = {(r["loop"], r["size"], r["precision"], r["compile"]): r["tok_s"] for r in rows
+           if r.get("procs") == 1 and "tok_s" in r}
+    print("\nratios (tokens/s): loop = capstone / bare step (the Trainer's own cost), "
+          "model = bare step / baseline (the architecture's)")
+    for (loop, size, precision, compile_), tok_s in one.items():
+        bare_ = one.get(("bare step", size, precision, compile_))
+        base = one.get(("baseline", size, precision, compile_))
+        if loop == "capstone" and bare_ and base:
+            print(f"  {size} {precision} compile={compile_!s:5s}: loop {tok_s / bare_:.3f}x, model {bare_ / base:.3f}x, "
+                  f"capstone / baseline {tok_s / base:.3f}x")
 
 
 def shown_precision(precision: str, device) -> str:
