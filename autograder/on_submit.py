@@ -32,6 +32,8 @@ submission's folder name, its student, can read its state):
   here): not graded on submit, and it does not count;
 - ``superseded``: a newer submission of the same student and lab was waiting too: collect takes the newest, so that
   one is graded instead, and the older one does not count;
+- ``refused``: a folder in a student's name that their account did not make (every account may write into the
+  inbound): never graded on submit and never counted against that student;
 - ``before``: made before the lab was turned on here (the submissions in the exchange when the service first sees
   a lab listed): left to the instructor's grading; it does not count.
 
@@ -171,7 +173,10 @@ class Service:
         self.queue = Queue(course / STATE_DIR / "queue.db")
         from traitlets.config.loader import PyFileConfigLoader
 
-        self.course_id = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config().CourseDirectory.course_id
+        config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
+        self.course_id = config.CourseDirectory.course_id
+        # As collect (autograder/collect.py): an exchange without an account per student opts in explicitly.
+        self.accept_own = bool(config.OwnerCheckedCollect.get("accept_own_folders", False))
         self.status_dir = exchange / self.course_id / STATUS_DIR
         self.child: subprocess.Popen | None = None
 
@@ -218,7 +223,10 @@ class Service:
             if parsed and parsed[1] in on.show:
                 new.append((parsed[2], path.name, parsed))
         for _, name, (student, lab, when) in sorted(new):
-            if lab in already_on:
+            forged = self.not_theirs(inbound / name, student)
+            if forged:   # someone else's folder in this student's name: it must not use up their hourly limit
+                self.queue.add(name, student, lab, when, on.per_hour, state="refused", detail=forged)
+            elif lab in already_on:
                 self.queue.add(name, student, lab, when, on.per_hour)
             else:   # made before the lab was turned on: the instructor's grading takes it, and it costs nothing
                 self.queue.add(name, student, lab, when, on.per_hour, state="before",
@@ -227,6 +235,23 @@ class Service:
         for lab in set(on.show) - already_on:
             self.queue.db.execute("INSERT INTO lab_on (lab, since) VALUES (?, ?)", (lab, time.time()))
         return len(new)
+
+    def not_theirs(self, path: Path, student: str) -> str:
+        """Why the inbound folder ``path`` is not ``student``'s own ("" when it is): every account may write into the
+        inbound, so a folder counts for a student only when that student's account made it (collect checks the
+        rest: what the folder holds, its timestamp)."""
+        import pwd
+
+        try:
+            owner = path.lstat().st_uid
+        except OSError:
+            return "gone from the exchange"
+        allowed = {os.geteuid()} if self.accept_own else set()
+        try:
+            allowed.add(pwd.getpwnam(student).pw_uid)
+        except KeyError:
+            pass
+        return "" if owner in allowed else f"not made by {student}'s account: not graded, and it does not count"
 
     def grade(self, rows: list, on: policy.OnSubmit) -> None:
         lab = rows[0]["lab"]

@@ -63,7 +63,9 @@ def inbound_name(student: str, when: dt.datetime, lab: str = LAB) -> str:
 def course(tmp_path):
     course, exchange = tmp_path / "course", tmp_path / "exchange"
     (course / "solutions" / LAB).mkdir(parents=True)
-    (course / "nbgrader_config.py").write_text(f"c = get_config()\nc.CourseDirectory.course_id = {COURSE_ID!r}\n")
+    # One account here plays every student, as on a laptop: it opts in to its own folders, as collect does.
+    (course / "nbgrader_config.py").write_text(f"c = get_config()\nc.CourseDirectory.course_id = {COURSE_ID!r}\n"
+                                               "c.OwnerCheckedCollect.accept_own_folders = True\n")
     (course / "term.toml").write_text(TERM)
     (exchange / COURSE_ID / "inbound").mkdir(parents=True)
     fake = tmp_path / "fake_python"
@@ -234,3 +236,20 @@ def test_submit_refuses_past_the_limit_in_words_and_the_list_shows_each_state(tm
     (folder / submit.LIMITS).write_text(json.dumps({LAB: {"per_hour": 3, "show": "visible", "text": "..."}}))
     assert submit.hourly_refusal(str(root), COURSE_ID, LAB, "ann", str(cache / COURSE_ID), now) is None, \
         "the grader's failure and the submission of 90 minutes ago did not count: a third is fine"
+
+
+def test_a_folder_forged_in_another_students_name_uses_none_of_their_limit(course, monkeypatch):
+    """Every account may write into the inbound: a folder named for ann that ann's account did not make is refused
+    by the service (and by collect), and ann's own submissions within her limit are graded."""
+    course, exchange, fake = course
+    monkeypatch.setenv("FAKE_DIR", str(fake.parent))
+    svc = service(course, exchange, fake)
+    forged = [hand_in(exchange, "ann", T0 + dt.timedelta(minutes=i)) for i in range(3)]
+    for name in forged:
+        os.chown(exchange / COURSE_ID / "inbound" / name, 65534, 65534)     # made by another account (nobody)
+    own = hand_in(exchange, "ann", T0 + dt.timedelta(minutes=5))
+    svc.run(poll=0, once=True)
+    got = states(svc)
+    assert [got[n] for n in forged] == ["refused"] * 3 and got[own] == "graded", got
+    assert "not made by ann's account" in status(exchange, forged[0])["detail"]
+    assert [c["students"] for c in calls(fake)] == [["ann"]]

@@ -44,7 +44,7 @@ STATES = {   # what the Assignment List says beside a submission's time
     "queued": "queued for grading", "grading": "being graded now", "graded": "graded on submit",
     "failed": "not graded", "grader_error": "the grader failed (not your fault; it tries again)",
     "over_limit": "not graded on submit (past the hourly limit)", "superseded": "not graded (a newer one was)",
-    "before": "not graded on submit (made before it was turned on)",
+    "before": "not graded on submit (made before it was turned on)", "refused": "not graded (not made by you)",
 }
 
 
