@@ -56,6 +56,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from contextlib import closing
 from pathlib import Path
 
@@ -195,15 +196,22 @@ class Service:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(data, fh)
         os.chmod(tmp, 0o644)
-        os.replace(tmp, self.status_dir / name)
+        try:
+            os.replace(tmp, self.status_dir / name)
+        except OSError:
+            os.unlink(tmp)
+            raise
 
     def tell(self, row_name: str) -> None:
         (row,) = self.queue.rows("name = ?", row_name)
         ahead = 0
         if row["state"] == "queued":
             ahead = len(self.queue.rows("state IN ('queued', 'grading') AND submitted < ?", row["submitted"]))
-        self.write_public(f"{row_name}.json", {"state": row["state"], "detail": row["detail"], "ahead": ahead,
-                                               "updated": row["updated"]})
+        try:   # the name is the student's (a folder they made): one the file system refuses costs only its state
+            self.write_public(f"{row_name}.json", {"state": row["state"], "detail": row["detail"], "ahead": ahead,
+                                                   "updated": row["updated"]})
+        except OSError as exc:
+            print(f"on_submit: no state file for {row_name[:80]!r}...: {exc}", flush=True)
 
     def tell_queued(self) -> None:
         for row in self.queue.rows("state = 'queued'"):
@@ -324,7 +332,13 @@ class Service:
             for name in self.queue.recover():     # left 'grading' by a service that was killed: queued again
                 self.tell(name)
             while True:
-                graded = self.step()
+                try:
+                    graded = self.step()
+                except Exception:   # noqa: BLE001 -- the service outlives any one pass; the queue keeps its place
+                    print(f"on_submit: a pass failed, the next one goes on:\n{traceback.format_exc()}", flush=True)
+                    graded = False
+                    if once:
+                        raise
                 if once and not graded:
                     return True
                 if not graded:

@@ -253,3 +253,15 @@ def test_a_folder_forged_in_another_students_name_uses_none_of_their_limit(cours
     assert [got[n] for n in forged] == ["refused"] * 3 and got[own] == "graded", got
     assert "not made by ann's account" in status(exchange, forged[0])["detail"]
     assert [c["students"] for c in calls(fake)] == [["ann"]]
+
+
+def test_a_folder_name_the_file_system_cannot_mirror_costs_only_its_state_file(course, monkeypatch):
+    course, exchange, fake = course
+    monkeypatch.setenv("FAKE_DIR", str(fake.parent))
+    svc = service(course, exchange, fake)
+    long = f"ann+{LAB}+{T0:%Y-%m-%d %H:%M:%S.%f} UTC+" + "x" * (254 - len(f"ann+{LAB}+{T0} UTC+.000000"))
+    (exchange / COURSE_ID / "inbound" / long).mkdir()          # 254 characters: the .json beside it, 259, is too long
+    svc.run(poll=0, once=True)
+    assert states(svc) == {long: "graded"}, "graded all the same; the service did not stop"
+    left = sorted(p.name for p in (exchange / COURSE_ID / on_submit.STATUS_DIR).iterdir())
+    assert left == [on_submit.LIMITS], left
