@@ -11,6 +11,9 @@ latest submission, every folder that
 - is not owned by the Unix account of the student its name claims (a name with no account is refused too), or
   holds anything not owned by that account or that is neither a plain file nor a folder (collect runs as the
   instructor and follows symbolic links: a link to the solutions would be collected as the student's notebook);
+- has a timestamp earlier than the folder itself by more than ``clock_skew`` (its status-change time, which no
+  account can set back: Submit writes the time as it makes the folder, so only a folder written by hand with an
+  earlier time, to look on time, differs), or
 - has a timestamp later than now plus ``clock_skew``, or one that cannot be read (nbgrader would stop the whole
   collect on it).
 
@@ -54,6 +57,24 @@ def _raise(error: OSError) -> None:
     raise error   # os.walk would skip what it cannot read: here that is a reason to refuse
 
 
+def timestamp_problem(path: str, claimed: datetime.datetime, skew_s: float, trust: bool = False) -> str | None:
+    """Why an inbound folder's timestamp (naive UTC) cannot be its submission time, or None: later than now, or (unless
+    ``trust``) earlier than the folder's own status-change time, both beyond ``skew_s`` seconds. Shared with grade on
+    submit (autograder/on_submit.py), which orders and counts submissions by it."""
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)   # naive UTC, as nbgrader's
+    skew = datetime.timedelta(seconds=skew_s)
+    if claimed > now + skew:
+        return f"its timestamp, {claimed:%Y-%m-%d %H:%M} UTC, is in the future"
+    try:
+        made = datetime.datetime.fromtimestamp(os.lstat(path).st_ctime, datetime.timezone.utc).replace(tzinfo=None)
+    except OSError:
+        return "it is gone"
+    if not trust and claimed < made - skew:
+        return (f"its timestamp, {claimed:%Y-%m-%d %H:%M} UTC, is earlier than the folder itself (made "
+                f"{made:%Y-%m-%d %H:%M} UTC): Submit writes the time as it makes the folder")
+    return None
+
+
 class OwnerCheckedCollect(ExchangeCollect):
     accept_own_folders = Bool(
         False, help="Also accept inbound folders owned by the account that runs collect, whatever student they "
@@ -62,6 +83,10 @@ class OwnerCheckedCollect(ExchangeCollect):
     take_latest = Bool(
         False, help="Collect each student's latest submission whatever the course file's final rule (grade on "
                     "submit grades the submission just made).").tag(config=True)
+    trust_timestamps = Bool(
+        False, help="Take a submission's timestamp even when it is earlier than its folder: only to collect an "
+                    "exchange restored from a backup (every folder then looks made after the time it claims).",
+    ).tag(config=True)
     clock_skew = Float(
         300.0, help="Seconds a submission's timestamp may lie in the future (clocks of different machines differ) "
                     "before the submission is refused.",
@@ -139,10 +164,7 @@ class OwnerCheckedCollect(ExchangeCollect):
                         return f"it holds '{inside}', which is neither a plain file nor a folder"
         except OSError as error:
             return f"part of it cannot be read ({error.strerror})"
-        now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)   # naive UTC, as nbgrader's
-        if record["timestamp"] > now + datetime.timedelta(seconds=self.clock_skew):
-            return f"its timestamp, {record['timestamp']:%Y-%m-%d %H:%M} UTC, is in the future"
-        return None
+        return timestamp_problem(path, record["timestamp"], self.clock_skew, self.trust_timestamps)
 
     def _refuse(self, record: dict, path: str, reason: str) -> None:
         try:

@@ -33,7 +33,8 @@ submission's folder name, its student, can read its state):
 - ``superseded``: a newer submission of the same student and lab was waiting too: collect takes the newest, so that
   one is graded instead, and the older one does not count;
 - ``refused``: a folder in a student's name that their account did not make (every account may write into the
-  inbound): never graded on submit and never counted against that student;
+  inbound), or one dated earlier than it was made (collect refuses both): never graded on submit and never
+  counted;
 - ``before``: made before the lab was turned on here (the submissions in the exchange when the service first sees
   a lab listed): left to the instructor's grading; it does not count.
 
@@ -60,6 +61,7 @@ import traceback
 from contextlib import closing
 from pathlib import Path
 
+from autograder.collect import timestamp_problem
 from autograder.term import policy
 from trainkit.submit import COUNTS, LIMITS, STATUS_DIR
 
@@ -67,6 +69,7 @@ STATE_DIR = Path("grades") / "on_submit"
 TRIES = 3                             # a submission the grader fails on through its own fault is tried this often
 RETRY_AFTER_S = 60
 WINDOW = dt.timedelta(hours=1)
+CLOCK_SKEW_S = 300.0                  # as collect's (autograder/collect.py)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS submission (
@@ -231,7 +234,9 @@ class Service:
             if parsed and parsed[1] in on.show:
                 new.append((parsed[2], path.name, parsed))
         for _, name, (student, lab, when) in sorted(new):
-            forged = self.not_theirs(inbound / name, student)
+            # A folder dated earlier than it was made (to jump the queue or slip under the limit) is refused as
+            # collect refuses it; so is someone else's folder in this student's name.
+            forged = self.not_theirs(inbound / name, student) or timestamp_problem(str(inbound / name), when, CLOCK_SKEW_S)
             if forged:   # someone else's folder in this student's name: it must not use up their hourly limit
                 self.queue.add(name, student, lab, when, on.per_hour, state="refused", detail=forged)
             elif lab in already_on:

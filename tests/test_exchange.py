@@ -321,10 +321,12 @@ def test_collect_refuses_a_name_without_an_account_a_future_timestamp_and_a_link
             (folder / "nb" / "lab.ipynb").write_text(text, encoding="utf-8")
         return folder.name
 
-    submission(me, now - datetime.timedelta(hours=2), "GENUINE", "a")
+    submission(me, now - datetime.timedelta(minutes=2), "GENUINE", "a")
     ahead = submission(me, now + datetime.timedelta(days=1), "TOMORROW", "b")
-    linked = submission(me, now - datetime.timedelta(hours=1), "link", "c")
-    nameless = submission("nbx-no-such-account", now - datetime.timedelta(hours=1), "FORGED", "d")
+    linked = submission(me, now - datetime.timedelta(minutes=1), "link", "c")
+    nameless = submission("nbx-no-such-account", now - datetime.timedelta(minutes=1), "FORGED", "d")
+    # Written by hand after the deadline, dated before it to look on time: the folder itself is newer than its claim.
+    backdated = submission(me, now - datetime.timedelta(hours=2), "BACKDATED", "e")
 
     def collect(**extra) -> dict:
         config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
@@ -337,24 +339,25 @@ def test_collect_refuses_a_name_without_an_account_a_future_timestamp_and_a_link
 
     result = collect()
     message = " ".join(result.get("error", "").split())
-    assert not result["success"] and "Collected 1 submission(s)" in message and "Refused 3 new folder(s)" in message, \
+    assert not result["success"] and "Collected 1 submission(s)" in message and "Refused 4 new folder(s)" in message, \
         result
     assert (course / "submitted" / me / LAB / "nb" / "lab.ipynb").read_text(encoding="utf-8") == "GENUINE"
     assert sorted(os.listdir(course / "submitted")) == [me]
     notes = {name: (course / "refused" / f"{name}.txt").read_text(encoding="utf-8")
-             for name in (ahead, linked, nameless)}
+             for name in (ahead, linked, nameless, backdated)}
     assert "is in the future" in notes[ahead] and "neither a plain file nor a folder" in notes[linked] \
         and "no account here is named 'nbx-no-such-account'" in notes[nameless], notes
+    assert "is earlier than the folder itself" in notes[backdated], notes[backdated]
     assert (course / "refused" / linked / "nb" / "lab.ipynb").is_symlink(), "kept aside, a link stays a link"
     assert all((inbound / name).is_dir() for name in notes), "refused folders stay in the exchange"
     log = result.get("log", "")
-    assert sum(line.startswith("[ERROR] Refused") for line in log.splitlines()) == 3, log
+    assert sum(line.startswith("[ERROR] Refused") for line in log.splitlines()) == 4, log
 
     # An exchange without an account per student opts out, explicitly: the account's own folders are then taken.
     # The two still refused were told at the first collect: a warning now, not a failed collect every time.
     result = collect(accept_own_folders=True)
     again = [line for line in result.get("log", "").splitlines() if "Refused again" in line]
-    assert result["success"] and len(again) == 2, result
+    assert result["success"] and len(again) == 3, result
     assert (course / "submitted" / "nbx-no-such-account" / LAB / "nb" / "lab.ipynb").read_text(encoding="utf-8") == "FORGED"
 
 
@@ -369,9 +372,10 @@ def test_collect_takes_the_last_submission_on_time_when_the_course_file_says_so(
     inbound.mkdir(parents=True)
     course = tmp_path / "course"
     (course / "solutions" / LAB).mkdir(parents=True)
-    due = datetime.datetime(2026, 3, 2, 12, 0, tzinfo=datetime.timezone.utc)
-    for hours, text in ((-5, "EARLY"), (-1, "ON TIME"), (3, "LATE")):
-        when = due + datetime.timedelta(hours=hours)
+    # Times within minutes of now: a folder dated earlier than it was made is refused (the previous test).
+    due = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0) + datetime.timedelta(minutes=2)
+    for minutes, text in ((-4, "EARLY"), (-1, "ON TIME"), (2, "LATE")):
+        when = due + datetime.timedelta(minutes=minutes)
         folder = inbound / f"{me}+{LAB}+{stamp(when)}+{text.replace(' ', '')}"
         (folder / "nb").mkdir(parents=True)
         (folder / "timestamp.txt").write_text(stamp(when), encoding="utf-8")
@@ -391,6 +395,6 @@ def test_collect_takes_the_last_submission_on_time_when_the_course_file_says_so(
 
     assert collect(term, take_latest=True) == "LATE", "grade on submit collects the one just made"
     assert collect(term) == "ON TIME", "the course file's rule replaces the newer one collected before"
-    extended = term + f'[[extension]]\nstudent = "{me}"\nlab = "{LAB}"\nhours = 4\n'
+    extended = term + f'[[extension]]\nstudent = "{me}"\nlab = "{LAB}"\nhours = 1\n'
     assert collect(extended) == "LATE", "on time by the student's own extension"
     assert collect(term.replace("last_on_time", "latest")) == "LATE", "nbgrader's rule: the latest"

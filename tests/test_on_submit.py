@@ -21,7 +21,10 @@ from trainkit import submit
 
 LAB = "02_lr_schedules"
 COURSE_ID = "training-infra"
-T0 = dt.datetime(2026, 12, 4, 10, 0, 0)
+# Submission times spread over hours (the limit's window), while every folder is made now: the queue's tests widen the
+# skew allowed between a folder's time and its making (test_a_folder_dated_before_it_was_made_is_refused keeps it).
+T0 = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None, microsecond=0) - dt.timedelta(hours=3)
+WIDE_SKEW_S = 2 * 86400
 TERM = f"""version = 1
 [labs]
 {LAB} = 2026-12-20T23:59:00Z
@@ -60,7 +63,8 @@ def inbound_name(student: str, when: dt.datetime, lab: str = LAB) -> str:
 
 
 @pytest.fixture
-def course(tmp_path):
+def course(tmp_path, monkeypatch):
+    monkeypatch.setattr(on_submit, "CLOCK_SKEW_S", WIDE_SKEW_S)
     course, exchange = tmp_path / "course", tmp_path / "exchange"
     (course / "solutions" / LAB).mkdir(parents=True)
     # One account here plays every student, as on a laptop: it opts in to its own folders, as collect does.
@@ -168,6 +172,7 @@ def test_killed_mid_grade_the_service_loses_nothing_and_grades_nothing_twice(cou
     code = textwrap.dedent(f"""
         from pathlib import Path
         from autograder import on_submit
+        on_submit.CLOCK_SKEW_S = {WIDE_SKEW_S}
         on_submit.Service(Path({str(course)!r}), Path({str(exchange)!r}), python={str(fake)!r}).run(0.05, False)
     """)
     proc = subprocess.Popen([sys.executable, "-c", code], env=env)
@@ -265,3 +270,19 @@ def test_a_folder_name_the_file_system_cannot_mirror_costs_only_its_state_file(c
     assert states(svc) == {long: "graded"}, "graded all the same; the service did not stop"
     left = sorted(p.name for p in (exchange / COURSE_ID / on_submit.STATUS_DIR).iterdir())
     assert not [name for name in left if name.startswith(".tmp-")], f"a half-written state file is left: {left}"
+
+
+def test_a_folder_dated_before_it_was_made_is_refused(course, monkeypatch):
+    """Written by hand with an earlier time (to jump the queue, slip under the limit or look on time): the folder's own
+    making says otherwise; collect refuses it too (tests/test_exchange.py)."""
+    course, exchange, fake = course
+    monkeypatch.setenv("FAKE_DIR", str(fake.parent))
+    monkeypatch.setattr(on_submit, "CLOCK_SKEW_S", 300.0)      # the service's own
+    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    svc = service(course, exchange, fake)
+    backdated = hand_in(exchange, "ann", now - dt.timedelta(hours=2))
+    honest = hand_in(exchange, "bob", now - dt.timedelta(seconds=5))
+    svc.run(poll=0, once=True)
+    assert states(svc) == {backdated: "refused", honest: "graded"}
+    assert "earlier than the folder itself" in status(exchange, backdated)["detail"]
+    assert [c["students"] for c in calls(fake)] == [["bob"]]
