@@ -234,10 +234,11 @@ class Service:
             if parsed and parsed[1] in on.show:
                 new.append((parsed[2], path.name, parsed))
         for _, name, (student, lab, when) in sorted(new):
-            # A folder dated earlier than it was made (to jump the queue or slip under the limit) is refused as
-            # collect refuses it; so is someone else's folder in this student's name.
-            forged = self.not_theirs(inbound / name, student) or timestamp_problem(str(inbound / name), when, CLOCK_SKEW_S)
-            if forged:   # someone else's folder in this student's name: it must not use up their hourly limit
+            # Someone else's folder in this student's name (it must not use up their hourly limit), or one dated
+            # earlier than it was made (to jump the queue or slip under the limit): refused, as collect refuses them.
+            forged = (self.not_theirs(inbound / name, student)
+                      or timestamp_problem(str(inbound / name), when, CLOCK_SKEW_S))
+            if forged:
                 self.queue.add(name, student, lab, when, on.per_hour, state="refused", detail=forged)
             elif lab in already_on:
                 self.queue.add(name, student, lab, when, on.per_hour)
@@ -291,17 +292,17 @@ class Service:
             outcome = {(o["student"], o["assignment"]): o for o in json.loads(report.read_text(encoding="utf-8"))}
         for row in rows:
             got = outcome.get((row["student"], lab))
-            if got is None:
-                why = (f"the grader failed through its own fault (exit status {code}); this does not count, and it "
-                       f"will try again" if code != 2 else
-                       "no submission of yours could be collected from the exchange (refused or missing)")
-                self.queue.set(row["name"], "grader_error" if code != 2 else "failed", why)
+            again = ("it will try again" if row["tries"] + 1 < TRIES else
+                     f"it gave up after {TRIES} tries, and your instructor's grading will take it")
+            if got is None and code == 2:
+                self.queue.set(row["name"], "failed",
+                               "no submission of yours could be collected from the exchange (refused or missing)")
+            elif got is None or (not got["graded"] and got["graders_fault"]):
+                self.queue.set(row["name"], "grader_error",
+                               f"the grader failed through its own fault; this does not count, and {again}")
             elif got["graded"]:
                 self.queue.set(row["name"], "graded", "graded: its feedback is ready to fetch",
                                score=got["score"], max_score=got["max_score"])
-            elif got["graders_fault"]:
-                self.queue.set(row["name"], "grader_error", "the grader failed through its own fault; this does not "
-                               "count, and it will try again")
             else:
                 self.queue.set(row["name"], "failed", got["error"].split("; log:")[0])
             self.tell(row["name"])

@@ -148,6 +148,7 @@ def test_a_graders_fault_does_not_count_and_is_tried_again_a_bad_submission_is_t
     told = status(exchange, broken)["detail"]
     assert told == "the submission folder holds none of the assignment's notebooks", "in words, no grader's path"
     assert svc.queue.used("unlucky", LAB, T0 + dt.timedelta(minutes=5)) == [], "the grader's fault costs nothing"
+    assert status(exchange, unlucky)["detail"].endswith("this does not count, and it will try again")
     svc.run(poll=0, once=True)
     assert states(svc)[unlucky] == "graded" and len(calls(fake)) == 2
 

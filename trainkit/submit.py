@@ -42,7 +42,7 @@ STATUS_DIR, LIMITS = "on_submit", "limits.json"   # the grading service's (autog
 COUNTS = ("queued", "grading", "graded", "failed")   # states that use one of a student's graded submissions
 STATES = {   # what the Assignment List says beside a submission's time
     "queued": "queued for grading", "grading": "being graded now", "graded": "graded on submit",
-    "failed": "not graded", "grader_error": "the grader failed (not your fault; it tries again)",
+    "failed": "not graded", "grader_error": "the grader failed, not your fault",
     "over_limit": "not graded on submit (past the hourly limit)", "superseded": "not graded (a newer one was)",
     "before": "not graded on submit (made before it was turned on)", "refused": "not graded (not made by you)",
 }
@@ -180,7 +180,7 @@ class AssignmentListWithRefusals(AssignmentList):
                     words = STATES[state["state"]]
                     if state["state"] == "queued" and state.get("ahead"):
                         words += f", {state['ahead']} ahead"
-                    elif state["state"] in ("failed", "over_limit") and state.get("detail"):
+                    elif state["state"] in ("failed", "over_limit", "grader_error") and state.get("detail"):
                         words += f": {state['detail']}"
                     submission["timestamp"] = f"{submission['timestamp']} ({words})"
         return result
