@@ -320,6 +320,16 @@ def test_make_labs_knows_its_own_due_notes_from_a_hand_edited_one(tmp_path, monk
     assert release.hand_edited(tmp_path) == [], "written by the last make labs: regenerated with the new course file"
 
 
+def test_a_students_own_deadlines_name_their_extension_and_no_one_elses(course):
+    term = write_term(course, HOURLY + f'[[extension]]\nstudent = "ada"\nlab = "{LAB1}"\nhours = 48\nnote = "ill"\n'
+                              f'[on_submit]\nper_hour = 3\n[on_submit.labs]\n{LAB2} = "visible"\n')
+    ada, bob = (policy.deadlines_note(term, s, "training-infra") for s in ("ada", "bob"))
+    assert f"- {LAB1}: due Mon 6 Oct 2025, 23:59 (UTC+01:00); your extension moves it to Wed 8 Oct 2025, 23:59 " \
+           "(UTC+01:00)." in ada and "ill" not in ada
+    assert f"- {LAB1}: due Mon 6 Oct 2025, 23:59 (UTC+01:00)." in bob and "moves it" not in bob
+    assert "graded when you submit, 3 times an hour at most" in bob.split(LAB2)[1], "the hub's students read it here"
+
+
 def test_a_lab_graded_on_submit_says_so_before_the_student_submits(tmp_path):
     for lab in (LAB1, LAB2):
         (tmp_path / "solutions" / lab).mkdir(parents=True)

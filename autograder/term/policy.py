@@ -428,6 +428,8 @@ def deadlines_note(term: Term, student: str, course_id: str) -> str:
             moved = (term.due_utc(lab) + extension).replace(tzinfo=dt.timezone.utc).astimezone(term.due[lab].tzinfo)
             line += f"; your extension moves it to {when_text(moved)}"
         lines.append(line + ".")
+        if term.on_submit and lab in term.on_submit.show:
+            lines.append(f"  {term.on_submit.describe(lab)}")
     return "\n".join([*lines, "", term.policy.describe(), ""])
 
 
