@@ -11,9 +11,10 @@ latest submission, every folder that
 - is not owned by the Unix account of the student its name claims (a name with no account is refused too), or
   holds anything not owned by that account or that is neither a plain file nor a folder (collect runs as the
   instructor and follows symbolic links: a link to the solutions would be collected as the student's notebook);
-- has a timestamp earlier than the folder itself by more than ``clock_skew`` (its status-change time, which no
-  account can set back: Submit writes the time as it makes the folder, so only a folder written by hand with an
-  earlier time, to look on time, differs), or
+- has a timestamp earlier than the folder itself (or its ``timestamp.txt``) by more than ``clock_skew`` (their
+  status-change times, which no account can set back: Submit writes the time as it makes the folder, so only a
+  folder written or rewritten by hand with an earlier time, to look on time, differs), or a ``timestamp.txt`` that
+  is missing or says another time than the name (nbgrader charges lateness from that file), or
 - has a timestamp later than now plus ``clock_skew``, or one that cannot be read (nbgrader would stop the whole
   collect on it).
 
@@ -61,16 +62,30 @@ def timestamp_problem(path: str, claimed: datetime.datetime, skew_s: float, trus
     """Why an inbound folder's timestamp (naive UTC) cannot be its submission time, or None: later than now, or (unless
     ``trust``) earlier than the folder's own status-change time, both beyond ``skew_s`` seconds. Shared with grade on
     submit (autograder/on_submit.py), which orders and counts submissions by it."""
+    from nbgrader.utils import parse_utc
+
     now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)   # naive UTC, as nbgrader's
     skew = datetime.timedelta(seconds=skew_s)
     if claimed > now + skew:
         return f"its timestamp, {claimed:%Y-%m-%d %H:%M} UTC, is in the future"
+    # nbgrader charges lateness from timestamp.txt, which Submit writes with the name's time: one rewritten later (its
+    # own status-change time moves) or saying another time is a claim too.
+    stamp = os.path.join(path, "timestamp.txt")
     try:
-        made = datetime.datetime.fromtimestamp(os.lstat(path).st_ctime, datetime.timezone.utc).replace(tzinfo=None)
-    except OSError:
-        return "it is gone"
+        if not stat.S_ISREG(os.lstat(stamp).st_mode):
+            return "its timestamp.txt is not a plain file"
+        with open(stamp, encoding="utf-8", errors="replace") as fh:
+            written = parse_utc(fh.read(200).strip()).replace(tzinfo=None)
+        changed = [os.lstat(p).st_ctime for p in (path, stamp)]
+    except FileNotFoundError:
+        return "it holds no timestamp.txt (Submit writes one)"
+    except (OSError, ValueError, OverflowError):
+        return "its timestamp.txt cannot be read"
+    if abs(written - claimed) > datetime.timedelta(seconds=1):
+        return f"its timestamp.txt says {written:%Y-%m-%d %H:%M:%S} UTC, its name {claimed:%Y-%m-%d %H:%M:%S} UTC"
+    made = datetime.datetime.fromtimestamp(max(changed), datetime.timezone.utc).replace(tzinfo=None)
     if not trust and claimed < made - skew:
-        return (f"its timestamp, {claimed:%Y-%m-%d %H:%M} UTC, is earlier than the folder itself (made "
+        return (f"its timestamp, {claimed:%Y-%m-%d %H:%M} UTC, is earlier than the folder itself (made or changed "
                 f"{made:%Y-%m-%d %H:%M} UTC): Submit writes the time as it makes the folder")
     return None
 

@@ -149,7 +149,10 @@ class FeedbackLabels(Preprocessor):
 
     def preprocess_cell(self, cell, resources, index):
         meta = cell.metadata.get("nbgrader", {})
+        withholding = self.show != "everything"
         if not (meta.get("grade") or meta.get("task")):
+            if withholding and cell.cell_type == "code":
+                cell.outputs = []   # see below: the student's own cells print what the hidden tests ran beside them
             return cell, resources
         gid = meta.get("grade_id", "")
         meta["label"] = label(gid, cell.cell_type, bool(meta.get("solution")))
@@ -157,14 +160,16 @@ class FeedbackLabels(Preprocessor):
         withhold = self.withholds(cell)
         if withhold:
             outcome = visible_outcome(cell) if withhold == "all" and exercise_of(gid) not in self._judgement else None
-            errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-            # What a withheld test printed would name the hidden tests or unseen variants; a visible test's failure
-            # is what the student's own run shows: its message stays.
-            cell.outputs = [{**errors[0], "traceback": [f"{errors[0].get('ename', 'Error')}: "
-                                                        f"{errors[0].get('evalue', '')}"]}] if outcome == "failed" else []
             cell.source = HIDDEN.sub(self.hidden_placeholder, cell.source)
             meta["withheld"] = withhold == "all"
             meta["visible_outcome"] = outcome or ""
+        if withholding and cell.cell_type == "code":
+            # Hidden tests run in the same kernel as the student's code, so anything printed (a test's message, a
+            # solution or any later cell printing In[-1], the arguments the hidden tests passed, an exception whose
+            # text the student's code chose) could carry them: feedback that withholds prints no output at all. A
+            # visible failure is named without its message; the student's own run of the cell shows it.
+            cell.outputs = []
+        if withhold:
             return cell, resources
         if cell.cell_type == "code" and not meta.get("solution") and HIDDEN.search(cell.source):
             meta["label"] += " (+ hidden tests)"

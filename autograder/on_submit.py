@@ -35,6 +35,8 @@ submission's folder name, its student, can read its state):
 - ``refused``: a folder in a student's name that their account did not make (every account may write into the
   inbound), or one dated earlier than it was made (collect refuses both): never graded on submit and never
   counted;
+- ``late``: made after the student's own deadline (due date and extension): the grade is then the instructor's,
+  and grading here would replace what they collected in the shared gradebook; it does not count;
 - ``before``: made before the lab was turned on here (the submissions in the exchange when the service first sees
   a lab listed): left to the instructor's grading; it does not count.
 
@@ -81,6 +83,7 @@ CREATE TABLE IF NOT EXISTS submission (
     detail TEXT NOT NULL DEFAULT '',
     tries INTEGER NOT NULL DEFAULT 0,
     score REAL, max_score REAL,
+    seen REAL NOT NULL DEFAULT 0,     -- when the service first saw it (its clock: the limit counts by this)
     updated REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS lab_on (lab TEXT PRIMARY KEY, since REAL NOT NULL);
@@ -92,13 +95,14 @@ def parse_name(name: str) -> tuple[str, str, dt.datetime] | None:
     from nbgrader.utils import parse_utc
 
     parts = name.split("+")
-    if len(parts) < 3:
+    if len(parts) < 3 or not name.isprintable():
         return None
     try:
-        when = parse_utc(parts[2])
-    except (ValueError, OverflowError):
+        name.encode("utf-8")           # a name with undecodable bytes (surrogates) cannot be stored: not a submission
+        when = parse_utc(parts[2]).replace(tzinfo=None)
+    except (ValueError, OverflowError, UnicodeError):
         return None
-    return parts[0], parts[1], when.replace(tzinfo=None)
+    return (parts[0], parts[1], when) if dt.datetime(2000, 1, 1) <= when <= dt.datetime(2200, 1, 1) else None
 
 
 class Queue:
@@ -129,27 +133,31 @@ class Queue:
             self.set(name, "queued", "queued again: the grading service restarted")
         return names
 
-    def used(self, student: str, lab: str, before: dt.datetime) -> list[dt.datetime]:
-        """The times of this student's submissions of this lab that count against the limit, in the hour before
-        ``before``."""
+    def used(self, student: str, lab: str, now: float) -> list[float]:
+        """When (the service's clock) this student's submissions of this lab that count against the limit were seen,
+        in the hour before ``now``. By the service's clock, not the folder's date: that one is the student's to
+        write (within collect's skew), so dating folders alike or earlier would slip under the limit."""
         marks = ",".join("?" * len(COUNTS))
-        rows = self.rows(f"student = ? AND lab = ? AND submitted >= ? AND submitted < ? AND state IN ({marks})",
-                         student, lab, (before - WINDOW).isoformat(), before.isoformat(), *COUNTS)
-        return [dt.datetime.fromisoformat(r["submitted"]) for r in rows]
+        rows = self.rows(f"student = ? AND lab = ? AND seen > ? AND seen <= ? AND state IN ({marks})",
+                         student, lab, now - WINDOW.total_seconds(), now, *COUNTS)
+        return [r["seen"] for r in rows]
 
     def add(self, name: str, student: str, lab: str, when: dt.datetime, per_hour: int, state: str = "queued",
             detail: str = "") -> str:
         """Record a new submission: queued, or over the limit (or ``state``). Returns its state."""
-        used = self.used(student, lab, when)
+        now = self.clock()
+        used = self.used(student, lab, now)
         if state == "queued" and len(used) >= per_hour:
-            again = min(used) + WINDOW
+            again = dt.datetime.fromtimestamp(min(used), dt.timezone.utc) + WINDOW
             state = "over_limit"
             detail = (f"{lab} is graded on submit at most {per_hour} time(s) an hour; the next could be made from "
                       f"{again:%H:%M} UTC. It is still your latest submission for the final grading")
-        self.db.execute("INSERT OR IGNORE INTO submission (name, student, lab, submitted, state, detail, updated) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?)", (name, student, lab, when.isoformat(), state, detail,
-                                                         time.time()))
+        self.db.execute("INSERT OR IGNORE INTO submission (name, student, lab, submitted, state, detail, seen, "
+                        "updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (name, student, lab, when.isoformat(), state, detail, now, time.time()))
         return state
+
+    clock = staticmethod(time.time)   # the service's clock (tests move it)
 
     def next_batch(self, jobs: int) -> list[sqlite3.Row]:
         """The oldest waiting submissions of one lab, one per student, at most ``jobs``; an older one of a student
@@ -183,6 +191,7 @@ class Service:
         self.accept_own = bool(config.OwnerCheckedCollect.get("accept_own_folders", False))
         self.status_dir = exchange / self.course_id / STATUS_DIR
         self.child: subprocess.Popen | None = None
+        self.skipped: set[str] = set()   # folders that could not be recorded (told once in the log)
 
     # -- what students see ------------------------------------------------------------------------------------
     def publish_limits(self, on: policy.OnSubmit | None) -> None:
@@ -221,7 +230,7 @@ class Service:
             self.tell(row["name"])
 
     # -- one pass ---------------------------------------------------------------------------------------------
-    def scan(self, on: policy.OnSubmit) -> int:
+    def scan(self, on: policy.OnSubmit, term: policy.Term) -> int:
         """Record the new submissions of the labs graded on submit; returns how many."""
         inbound = self.exchange / self.course_id / "inbound"
         known = {r["name"] for r in self.queue.rows()}
@@ -234,21 +243,37 @@ class Service:
             if parsed and parsed[1] in on.show:
                 new.append((parsed[2], path.name, parsed))
         for _, name, (student, lab, when) in sorted(new):
-            # Someone else's folder in this student's name (it must not use up their hourly limit), or one dated
-            # earlier than it was made (to jump the queue or slip under the limit): refused, as collect refuses them.
-            forged = (self.not_theirs(inbound / name, student)
-                      or timestamp_problem(str(inbound / name), when, CLOCK_SKEW_S))
-            if forged:
-                self.queue.add(name, student, lab, when, on.per_hour, state="refused", detail=forged)
-            elif lab in already_on:
-                self.queue.add(name, student, lab, when, on.per_hour)
-            else:   # made before the lab was turned on: the instructor's grading takes it, and it costs nothing
-                self.queue.add(name, student, lab, when, on.per_hour, state="before",
-                               detail="made before this lab was graded on submit")
-            self.tell(name)
+            try:
+                self.record(inbound / name, student, lab, when, on, term, lab in already_on)
+                self.tell(name)
+            except Exception:   # noqa: BLE001 -- one folder must not stop the service for the class
+                if name not in self.skipped:
+                    print(f"on_submit: {name[:80]!r}... left aside:\n{traceback.format_exc()}", flush=True)
+                self.skipped.add(name)
         for lab in set(on.show) - already_on:
             self.queue.db.execute("INSERT INTO lab_on (lab, since) VALUES (?, ?)", (lab, time.time()))
         return len(new)
+
+    def record(self, path: Path, student: str, lab: str, when: dt.datetime, on: policy.OnSubmit,
+               term: policy.Term, lab_was_on: bool) -> None:
+        """Queue one new submission folder, or record why it is not graded on submit."""
+        name = path.name
+        # Someone else's folder in this student's name (it must not use up their hourly limit), or one dated earlier
+        # than it was made (to jump the queue, or to look on time): refused, as collect refuses them.
+        forged = self.not_theirs(path, student) or timestamp_problem(str(path), when, CLOCK_SKEW_S)
+        if forged:
+            self.queue.add(name, student, lab, when, on.per_hour, state="refused", detail=forged)
+        elif not lab_was_on:   # made before the lab was turned on: the instructor's grading takes it, at no cost
+            self.queue.add(name, student, lab, when, on.per_hour, state="before",
+                           detail="made before this lab was graded on submit")
+        elif when > term.on_time_until(student, lab):
+            # Past the student's own deadline the grade is the instructor's: grading here would replace what they
+            # collected (and maybe graded and released) in the shared gradebook.
+            self.queue.add(name, student, lab, when, on.per_hour, state="late",
+                           detail="made after your deadline: your instructor's grading takes it, under the late "
+                                  "policy")
+        else:
+            self.queue.add(name, student, lab, when, on.per_hour)
 
     def not_theirs(self, path: Path, student: str) -> str:
         """Why the inbound folder ``path`` is not ``student``'s own ("" when it is): every account may write into the
@@ -318,7 +343,7 @@ class Service:
         self.publish_limits(on)
         if not on or not on.show:
             return False
-        self.scan(on)
+        self.scan(on, term)
         rows = self.queue.next_batch(self.jobs)
         if not rows:
             return False
@@ -343,6 +368,8 @@ class Service:
                 except Exception:   # noqa: BLE001 -- the service outlives any one pass; the queue keeps its place
                     print(f"on_submit: a pass failed, the next one goes on:\n{traceback.format_exc()}", flush=True)
                     graded = False
+                    for name in self.queue.recover():   # no run of ours is on now: its rows wait again
+                        self.tell(name)
                     if once:
                         raise
                 if once and not graded:

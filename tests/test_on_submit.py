@@ -58,8 +58,8 @@ Path(get("--report")[0]).write_text(json.dumps(out))
 """
 
 
-def inbound_name(student: str, when: dt.datetime, lab: str = LAB) -> str:
-    return f"{student}+{lab}+{when:%Y-%m-%d %H:%M:%S.%f} UTC+r4nd0m{student}"
+def inbound_name(student: str, when: dt.datetime, lab: str = LAB, tag: str = "r4nd0m") -> str:
+    return f"{student}+{lab}+{when:%Y-%m-%d %H:%M:%S.%f} UTC+{tag}{student}"
 
 
 @pytest.fixture
@@ -84,9 +84,11 @@ def course(tmp_path, monkeypatch):
     return course, exchange, fake
 
 
-def hand_in(exchange: Path, student: str, when: dt.datetime, lab: str = LAB) -> str:
-    name = inbound_name(student, when, lab)
+def hand_in(exchange: Path, student: str, when: dt.datetime, lab: str = LAB, tag: str = "r4nd0m") -> str:
+    """A submission folder as Submit leaves it: named with its time, which its timestamp.txt repeats."""
+    name = inbound_name(student, when, lab, tag)
     (exchange / COURSE_ID / "inbound" / name).mkdir()
+    (exchange / COURSE_ID / "inbound" / name / "timestamp.txt").write_text(f"{when:%Y-%m-%d %H:%M:%S.%f} UTC")
     return name
 
 
@@ -111,16 +113,27 @@ def test_each_submission_is_graded_once_in_order_within_the_hourly_limit(course,
     course, exchange, fake = course
     monkeypatch.setenv("FAKE_DIR", str(fake.parent))
     svc = service(course, exchange, fake)
-    ann1 = hand_in(exchange, "ann", T0)
-    bob = hand_in(exchange, "bob", T0 + dt.timedelta(minutes=1))
+    now = [time.time()]          # the service's clock, which the limit counts by
+    monkeypatch.setattr(on_submit.Queue, "clock", staticmethod(lambda: now[0]))
+
+    def at(minutes: float, student: str, dated: float | None = None) -> str:
+        now[0] = now0 + 60 * minutes
+        return hand_in(exchange, student, T0 + dt.timedelta(minutes=minutes if dated is None else dated),
+                       tag=f"t{minutes}")
+
+    now0 = now[0]
+    ann1, bob = at(0, "ann"), at(1, "bob")
     svc.run(poll=0, once=True)
-    ann2 = hand_in(exchange, "ann", T0 + dt.timedelta(minutes=20))
+    ann2 = at(20, "ann")
     svc.run(poll=0, once=True)
-    ann3 = hand_in(exchange, "ann", T0 + dt.timedelta(minutes=40))      # her third within the hour: past the limit
+    ann3 = at(40, "ann")                  # her third within the hour: past the limit
     svc.run(poll=0, once=True)
-    ann4 = hand_in(exchange, "ann", T0 + dt.timedelta(minutes=61))      # an hour after her first: counts again
+    again = at(45, "ann", dated=0)        # dated like her first (a folder made by hand): the clock still counts it
+    svc.run(poll=0, once=True)
+    ann4 = at(61, "ann")                  # an hour after her first: counts again
     svc.run(poll=0, once=True)
     got = states(svc)
+    assert got[again] == "over_limit", "the folder's own date does not slip under the limit"
     assert got[ann3] == "over_limit" and "at most 2 time(s) an hour" in status(exchange, ann3)["detail"]
     assert got[ann1] == got[ann2] == got[bob] == got[ann4] == "graded"
     assert [c["students"] for c in calls(fake)] == [["ann"], ["bob"], ["ann"], ["ann"]], "in submission order, once"
@@ -147,7 +160,7 @@ def test_a_graders_fault_does_not_count_and_is_tried_again_a_bad_submission_is_t
     assert states(svc) == {broken: "failed", unlucky: "grader_error"}
     told = status(exchange, broken)["detail"]
     assert told == "the submission folder holds none of the assignment's notebooks", "in words, no grader's path"
-    assert svc.queue.used("unlucky", LAB, T0 + dt.timedelta(minutes=5)) == [], "the grader's fault costs nothing"
+    assert svc.queue.used("unlucky", LAB, time.time()) == [], "the grader's fault costs nothing"
     assert status(exchange, unlucky)["detail"].endswith("this does not count, and it will try again")
     svc.run(poll=0, once=True)
     assert states(svc)[unlucky] == "graded" and len(calls(fake)) == 2
@@ -161,7 +174,7 @@ def test_an_older_waiting_submission_is_superseded_by_the_newer_one(course, monk
     svc = service(course, exchange, fake)
     svc.run(poll=0, once=True)
     assert states(svc) == {old: "superseded", new: "graded"} and len(calls(fake)) == 1
-    assert svc.queue.used("ann", LAB, T0 + dt.timedelta(minutes=5)) == [T0 + dt.timedelta(minutes=2)]
+    assert len(svc.queue.used("ann", LAB, time.time())) == 1, "only the one graded counts"
 
 
 def test_killed_mid_grade_the_service_loses_nothing_and_grades_nothing_twice(course, tmp_path):
@@ -267,6 +280,7 @@ def test_a_folder_name_the_file_system_cannot_mirror_costs_only_its_state_file(c
     svc = service(course, exchange, fake)
     long = f"ann+{LAB}+{T0:%Y-%m-%d %H:%M:%S.%f} UTC+" + "x" * (254 - len(f"ann+{LAB}+{T0} UTC+.000000"))
     (exchange / COURSE_ID / "inbound" / long).mkdir()          # 254 characters: the .json beside it, 259, is too long
+    (exchange / COURSE_ID / "inbound" / long / "timestamp.txt").write_text(f"{T0:%Y-%m-%d %H:%M:%S}.000000 UTC")
     svc.run(poll=0, once=True)
     assert states(svc) == {long: "graded"}, "graded all the same; the service did not stop"
     left = sorted(p.name for p in (exchange / COURSE_ID / on_submit.STATUS_DIR).iterdir())
@@ -287,3 +301,48 @@ def test_a_folder_dated_before_it_was_made_is_refused(course, monkeypatch):
     assert states(svc) == {backdated: "refused", honest: "graded"}
     assert "earlier than the folder itself" in status(exchange, backdated)["detail"]
     assert [c["students"] for c in calls(fake)] == [["bob"]]
+
+
+def test_past_the_students_deadline_the_grade_is_the_instructors(course, monkeypatch):
+    """A submission after the student's own deadline is not graded on submit: it would replace, in the shared gradebook,
+    what the instructor collected and graded. An extension moves the deadline."""
+    course, exchange, fake = course
+    monkeypatch.setenv("FAKE_DIR", str(fake.parent))
+    due = T0 + dt.timedelta(minutes=30)
+    (course / "term.toml").write_text(TERM.replace("2026-12-20T23:59:00Z", f"{due:%Y-%m-%dT%H:%M:%SZ}")
+                                      + f'[[extension]]\nstudent = "bob"\nlab = "{LAB}"\nhours = 1\n')
+    svc = service(course, exchange, fake)
+    on_time = hand_in(exchange, "ann", T0 + dt.timedelta(minutes=10))
+    late = hand_in(exchange, "ann", T0 + dt.timedelta(minutes=40), tag="late")
+    extended = hand_in(exchange, "bob", T0 + dt.timedelta(minutes=40))
+    svc.run(poll=0, once=True)
+    assert states(svc) == {on_time: "graded", late: "late", extended: "graded"}
+    assert "your instructor's grading takes it" in status(exchange, late)["detail"]
+
+
+def test_a_folder_whose_name_cannot_be_stored_stops_nothing(course, monkeypatch):
+    course, exchange, fake = course
+    monkeypatch.setenv("FAKE_DIR", str(fake.parent))
+    inbound = exchange / COURSE_ID / "inbound"
+    os.mkdir(bytes(inbound) + f"/ann+{LAB}+{T0:%Y-%m-%d %H:%M:%S}.000000 UTC+".encode() + b"\xff\xfe")
+    (inbound / f"ann+{LAB}+0001-01-01 00:00:00.000000 UTC+year1").mkdir()
+    honest = hand_in(exchange, "bob", T0)
+    svc = service(course, exchange, fake)
+    svc.run(poll=0, once=True)
+    assert states(svc) == {honest: "graded"}, "the two others are no submission; the class is graded"
+
+
+def test_a_timestamp_file_that_disagrees_with_its_folder_is_refused(course, monkeypatch):
+    """nbgrader charges lateness from timestamp.txt: one that says another time than the folder's name (written late
+    with an on-time date), or none at all, is refused here as by collect."""
+    course, exchange, fake = course
+    monkeypatch.setenv("FAKE_DIR", str(fake.parent))
+    svc = service(course, exchange, fake)
+    claims = hand_in(exchange, "ann", T0)
+    (exchange / COURSE_ID / "inbound" / claims / "timestamp.txt").write_text("2026-01-01 00:00:00.000000 UTC")
+    missing = hand_in(exchange, "bob", T0)
+    (exchange / COURSE_ID / "inbound" / missing / "timestamp.txt").unlink()
+    svc.run(poll=0, once=True)
+    assert states(svc) == {claims: "refused", missing: "refused"}
+    assert "its timestamp.txt says 2026-01-01" in status(exchange, claims)["detail"]
+    assert "no timestamp.txt" in status(exchange, missing)["detail"] and not calls(fake)

@@ -45,6 +45,7 @@ STATES = {   # what the Assignment List says beside a submission's time
     "failed": "not graded", "grader_error": "the grader failed, not your fault",
     "over_limit": "not graded on submit (past the hourly limit)", "superseded": "not graded (a newer one was)",
     "before": "not graded on submit (made before it was turned on)", "refused": "not graded (not made by you)",
+    "late": "not graded on submit (after your deadline: your instructor grades it)",
 }
 
 

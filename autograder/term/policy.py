@@ -132,7 +132,8 @@ class OnSubmit:
                 f"that is refused and says when you can submit again; a submission the grader fails on through its "
                 f"own fault does not count). Its feedback comes back to your Assignment List by itself and shows "
                 f"{SHOWS[self.show[lab]]}. Written answers are graded by hand later, and the final grade is the "
-                f"instructor's, under the late policy.")
+                f"instructor's, under the late policy. After your deadline a submission is not graded on submit: "
+                f"your instructor grades it.")
 
 
 @dataclass(frozen=True)

@@ -99,10 +99,17 @@ def write_deadlines(spawner) -> None:
         return
     account = pwd.getpwnam(spawner.user.name)
     folder = Path(account.pw_dir) / COURSE_ID
-    write = subprocess.run(["sh", "-c", 'mkdir -p "$1" && cat > "$1/$2"', "sh", str(folder), policy.DEADLINES],
-                           input=policy.deadlines_note(term, spawner.user.name, COURSE_ID), user=account.pw_uid,
-                           group=account.pw_gid, extra_groups=[], umask=0o077, cwd=account.pw_dir,
-                           capture_output=True, text=True, timeout=30)
+    # Into a new file (mktemp: never one the student placed, such as a FIFO that would hold the hub), then renamed over
+    # the old one; a few seconds at most, since the hook holds up the hub's other requests.
+    script = 'mkdir -p "$1" && t=$(mktemp "$1/.deadlines.XXXXXX") && cat > "$t" && mv -f "$t" "$1/$2"'
+    try:
+        write = subprocess.run(["sh", "-c", script, "sh", str(folder), policy.DEADLINES],
+                               input=policy.deadlines_note(term, spawner.user.name, COURSE_ID), user=account.pw_uid,
+                               group=account.pw_gid, extra_groups=[], umask=0o077, cwd=account.pw_dir,
+                               capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError) as exc:
+        spawner.log.warning("no DEADLINES.md for %s: %s", spawner.user.name, exc)
+        return
     if write.returncode != 0:
         spawner.log.warning("no DEADLINES.md for %s: %s", spawner.user.name, write.stderr.strip())
 
