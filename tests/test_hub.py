@@ -508,7 +508,8 @@ def check_grade_on_submit(hub, students: list[Member], batch: dict, out_of: floa
 
     bob.action("submit")
     wait_for("bob's grading", lambda: "being graded now" in latest_state(bob), 60)
-    subprocess.run(["pkill", "-KILL", "-f", "autograder.on_submit"], check=True)
+    # This hub's service only (another test session's hub on the machine has its own)
+    subprocess.run(["pkill", "-KILL", "-f", f"autograder.on_submit --course-dir {course}"], check=True)
     time.sleep(1)
     assert "being graded now" in latest_state(bob), "killed mid-grade"
     # Started again (JupyterHub restarts it within its 30-second poll; here at once, by hand, as the grader):
