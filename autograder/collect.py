@@ -90,6 +90,38 @@ def timestamp_problem(path: str, claimed: datetime.datetime, skew_s: float, trus
     return None
 
 
+def folder_problem(path: str, student: str, claimed: datetime.datetime, *, accept_own: bool = False,
+                   skew_s: float = 300.0, trust: bool = False) -> str | None:
+    """Why the inbound folder at ``path`` is not ``student``'s submission made at ``claimed`` (naive UTC), or None
+    where it is (the module doc's rules). Collect and grade on submit (autograder/on_submit.py) both ask it."""
+    allowed = {os.geteuid()} if accept_own else set()
+    try:
+        allowed.add(pwd.getpwnam(student).pw_uid)
+    except KeyError:
+        if not allowed:
+            return f"no account here is named '{student}'"
+    try:
+        top = os.lstat(path)
+    except OSError:
+        return "it is gone"
+    if top.st_uid not in allowed:
+        return f"it was not made by {student}'s account"
+    if not stat.S_ISDIR(top.st_mode):
+        return "it is not a folder"
+    try:
+        for folder, dirs, files in os.walk(path, onerror=_raise):
+            for name in dirs + files:
+                st = os.lstat(os.path.join(folder, name))
+                inside = os.path.relpath(os.path.join(folder, name), path)
+                if st.st_uid not in allowed:
+                    return f"it holds '{inside}', made by account '{account(st.st_uid)}'"
+                if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+                    return f"it holds '{inside}', which is neither a plain file nor a folder"
+    except OSError as error:
+        return f"part of it cannot be read ({error.strerror})"
+    return timestamp_problem(path, claimed, skew_s, trust)
+
+
 class OwnerCheckedCollect(ExchangeCollect):
     accept_own_folders = Bool(
         False, help="Also accept inbound folders owned by the account that runs collect, whatever student they "
@@ -156,30 +188,8 @@ class OwnerCheckedCollect(ExchangeCollect):
 
     def _refusal(self, path: str, record: dict) -> str | None:
         """Why the folder at ``path`` is not ``record``'s student's submission, or None where it is."""
-        student = record["username"]
-        allowed = {os.geteuid()} if self.accept_own_folders else set()
-        try:
-            allowed.add(pwd.getpwnam(student).pw_uid)
-        except KeyError:
-            if not allowed:
-                return f"no account here is named '{student}'"
-        top = os.lstat(path)
-        if top.st_uid not in allowed:
-            return f"that is not {student}'s account"
-        if not stat.S_ISDIR(top.st_mode):
-            return "it is not a folder"
-        try:
-            for folder, dirs, files in os.walk(path, onerror=_raise):
-                for name in dirs + files:
-                    st = os.lstat(os.path.join(folder, name))
-                    inside = os.path.relpath(os.path.join(folder, name), path)
-                    if st.st_uid not in allowed:
-                        return f"it holds '{inside}', made by account '{account(st.st_uid)}'"
-                    if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
-                        return f"it holds '{inside}', which is neither a plain file nor a folder"
-        except OSError as error:
-            return f"part of it cannot be read ({error.strerror})"
-        return timestamp_problem(path, record["timestamp"], self.clock_skew, self.trust_timestamps)
+        return folder_problem(path, record["username"], record["timestamp"], accept_own=self.accept_own_folders,
+                              skew_s=self.clock_skew, trust=self.trust_timestamps)
 
     def _refuse(self, record: dict, path: str, reason: str) -> None:
         try:

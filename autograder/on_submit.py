@@ -63,7 +63,7 @@ import traceback
 from contextlib import closing
 from pathlib import Path
 
-from autograder.collect import timestamp_problem
+from autograder.collect import folder_problem
 from autograder.term import policy
 from trainkit.submit import COUNTS, LIMITS, STATUS_DIR
 
@@ -260,9 +260,10 @@ class Service:
         name = path.name
         # Someone else's folder in this student's name (it must not use up their hourly limit), or one dated earlier
         # than it was made (to jump the queue, or to look on time): refused, as collect refuses them.
-        forged = self.not_theirs(path, student) or timestamp_problem(str(path), when, CLOCK_SKEW_S)
+        forged = folder_problem(str(path), student, when, accept_own=self.accept_own, skew_s=CLOCK_SKEW_S)
         if forged:
-            self.queue.add(name, student, lab, when, on.per_hour, state="refused", detail=forged)
+            self.queue.add(name, student, lab, when, on.per_hour, state="refused",
+                           detail=f"{forged}: not graded, and it does not count")
         elif not lab_was_on:   # made before the lab was turned on: the instructor's grading takes it, at no cost
             self.queue.add(name, student, lab, when, on.per_hour, state="before",
                            detail="made before this lab was graded on submit")
@@ -274,23 +275,6 @@ class Service:
                                   "policy")
         else:
             self.queue.add(name, student, lab, when, on.per_hour)
-
-    def not_theirs(self, path: Path, student: str) -> str:
-        """Why the inbound folder ``path`` is not ``student``'s own ("" when it is): every account may write into the
-        inbound, so a folder counts for a student only when that student's account made it (collect checks the
-        rest: what the folder holds, its timestamp)."""
-        import pwd
-
-        try:
-            owner = path.lstat().st_uid
-        except OSError:
-            return "gone from the exchange"
-        allowed = {os.geteuid()} if self.accept_own else set()
-        try:
-            allowed.add(pwd.getpwnam(student).pw_uid)
-        except KeyError:
-            pass
-        return "" if owner in allowed else f"not made by {student}'s account: not graded, and it does not count"
 
     def grade(self, rows: list, on: policy.OnSubmit) -> None:
         lab = rows[0]["lab"]

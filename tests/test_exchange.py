@@ -243,7 +243,7 @@ def test_release_fetch_submit_collect_grade_feedback_round_trip(two_users):
     assert sorted(os.listdir(course / "submitted")) == [student]
     assert any(probe in c.source for c in nbu.read(collected).cells), "collect took the blank, not her work"
     assert (collected.parent / "timestamp.txt").read_text() == (genuine / "timestamp.txt").read_text()
-    for name, made_by, why in ((forged, forger, f"that is not {student}'s account"), (ahead, student, "in the future")):
+    for name, made_by, why in ((forged, forger, f"it was not made by {student}'s account"), (ahead, student, "in the future")):
         note = (course / "refused" / f"{name}.txt").read_text(encoding="utf-8")
         assert f"made by account '{made_by}'" in note and why in note, note
         assert (course / "refused" / name / fetched.name).is_file() and (inbound / name).is_dir()
