@@ -321,6 +321,36 @@ def grade_one(course: Path, template: Path, batch: Path, key: str, student: str,
     return result
 
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")   # PyTorch's CPU thread pools read these at start
+
+
+def cores() -> int:
+    """The cores this process may run on (its affinity: a container or taskset gets fewer than the machine has)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:     # not on Linux
+        return os.cpu_count() or 1
+
+
+def share_the_cores(jobs: int, submissions: int) -> int:
+    """Give each kernel that runs at once its share of the cores, as its CPU thread count; returns the share.
+
+    PyTorch starts one CPU thread per core in every process. With ``jobs`` kernels at once that is jobs x cores threads
+    spinning on the same cores: on the first 16-core machine the course met (the GPU check), 16 kernels at 16 threads
+    each graded lab 1 and lab 5 so slowly that neither finished in 268 s (2 cores, 2 at a time: 15 s). The kernels
+    inherit these variables (autograder/sandbox.py keeps them). A thread count the instructor set (either variable)
+    is left as it is: PyTorch takes MKL_NUM_THREADS over OMP_NUM_THREADS, so filling in only the other one would
+    override the instructor's.
+    """
+    chosen = [os.environ[name] for name in THREAD_VARIABLES if name in os.environ]
+    if chosen:
+        return int(chosen[-1]) if chosen[-1].isdigit() else 0
+    share = max(1, cores() // max(1, min(jobs, submissions)))
+    for name in THREAD_VARIABLES:
+        os.environ[name] = str(share)
+    return share
+
+
 def graded_in_workers(tasks: list[dict], jobs: int):
     """``grade_one(**task)`` for every task, ``jobs`` at a time, in long-lived worker processes; yields Results.
 
@@ -336,6 +366,7 @@ def graded_in_workers(tasks: list[dict], jobs: int):
     import nbgrader.apps.api  # noqa: F401 (imported before the fork, so no worker imports it again)
     import nbgrader.converters.autograde  # noqa: F401
 
+    share_the_cores(jobs, len(tasks))
     attempts = {t["key"]: 0 for t in tasks}
     pending = list(tasks)
     while pending:

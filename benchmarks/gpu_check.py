@@ -52,6 +52,11 @@ CAPS = {"environment": 60, "test_gpu": 180, "notebooks": 270, "grade": 270, "cap
         "mixed_precision": 60, "throughput": 120}
 PHASE1 = ("test_gpu", "notebooks", "grade")
 PHASE2 = ("capstone", "mixed_precision", "throughput")
+# Phase 1 runs NOTEBOOK_JOBS notebooks and GRADE_LABS_AT_ONCE x 2 grading kernels at once: each gets its share of half
+# the cores as its CPU thread count. PyTorch's default, a thread per core in every process, had 16 kernels at 16
+# threads each on the first GPU machine (16 cores), and lab 1's and lab 5's grading did not finish in 268 s.
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+THREADS = {"notebooks": max(1, CORES // 2 // NOTEBOOK_JOBS), "grade": max(1, CORES // 2 // (GRADE_LABS_AT_ONCE * 2))}
 LOG_CHARS = 60_000       # of each part's output, kept in gpu_check.log (the end, where failures are reported)
 
 
@@ -175,7 +180,8 @@ def part_notebooks(clock: Clock, pattern: str | None, jobs: int) -> dict:
     def one(path: Path):
         rel = str(path.relative_to(ROOT))
         r = run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",
-                 "--nbval-cell-timeout=240", rel], deadline - time.perf_counter())
+                 "--nbval-cell-timeout=240", rel], deadline - time.perf_counter(),
+                env={"OMP_NUM_THREADS": str(THREADS["notebooks"]), "MKL_NUM_THREADS": str(THREADS["notebooks"])})
         status = "timeout" if r["rc"] is None else ("pass" if r["rc"] == 0 else "FAIL")
         failed = [m.group(1) for m in re.finditer(r"^(?:FAILED|ERROR) \S+::(Cell \d+)", r["out"], re.M)]
         with lock:
@@ -208,11 +214,12 @@ def grade_lab(assignment: str, timeout: float) -> dict:
         submit(course, "reference", assignment, nbu.fill(release_nb(assignment), nbu.reference_answers(source_nb(assignment))))
         submit(course, "blank", assignment, release_nb(assignment))
         cmd = [PY, "-m", "autograder.grade", "--course-dir", str(course), "--assignment", assignment, "--jobs", "2"]
-        r = run(cmd, timeout, cwd=course)
+        threads = {"OMP_NUM_THREADS": str(THREADS["grade"]), "MKL_NUM_THREADS": str(THREADS["grade"])}
+        r = run(cmd, timeout, env=threads, cwd=course)
         mode = "sandboxed"
         if r["rc"] == 3:   # no sandbox can be made on this machine: grade anyway, the GPU hidden as the sandbox would
             why = last_line(r["out"], "sandbox cannot be made")
-            r = run(cmd + ["--no-sandbox"], timeout - (time.perf_counter() - t0), env={"CUDA_VISIBLE_DEVICES": ""},
+            r = run(cmd + ["--no-sandbox"], timeout - (time.perf_counter() - t0), env={**threads, "CUDA_VISIBLE_DEVICES": ""},
                     cwd=course)
             mode = f"unsandboxed ({why[:160]})"
     # the grader's table: student, assignment, auto score "got / max", written answers, status ("ok" or "FAILED: ...")
@@ -398,7 +405,9 @@ def main(argv: list[str] | None = None) -> int:
                                     if name == "capstone" else (lambda n=name: part_script(n, scripts[n], clock))))
     env_lines = env["log"].splitlines()
     header = [f"{time.strftime('%Y-%m-%d %H:%M:%S')}; {env_lines[1] if len(env_lines) > 1 else ''}; "
-              f"budget {args.budget:.0f} s, used {args.budget - clock.left():.0f} s", "", *env_lines[2:]]
+              f"budget {args.budget:.0f} s, used {args.budget - clock.left():.0f} s", "", *env_lines[2:],
+              f"CPU threads per process in phase 1 ({CORES} cores): notebooks {THREADS['notebooks']}, grading kernels "
+              f"{THREADS['grade']}"]
     report(results, out, header)
     print((out / "gpu_check.md").read_text())
     print(f"results: {out / 'gpu_check.md'}, {out / 'gpu_check.json'}; logs: {out / 'gpu_check.log'}")

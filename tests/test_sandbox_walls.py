@@ -127,3 +127,29 @@ def test_a_checkout_whose_venv_is_a_link_still_starts_its_kernel(tmp_path, monke
         checkout.rmdir()
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(environment), "the kernel runs the same environment, reached by its real path"
+
+
+def test_kernels_graded_at_once_share_the_cores_and_the_sandboxed_torch_uses_its_share(tmp_path, monkeypatch):
+    """jobs kernels at once each take cores // jobs CPU threads (on a 16-core GPU machine, 16 kernels at 16 threads
+    each graded two labs past 268 s); one submission alone takes every core; a count the instructor set stays."""
+    for name in grade.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(grade, "cores", lambda: 16)
+    assert grade.share_the_cores(jobs=16, submissions=40) == 1
+    for name in grade.THREAD_VARIABLES:
+        monkeypatch.delenv(name)
+    assert grade.share_the_cores(jobs=8, submissions=1) == 16      # one submission: no one to share with
+    for name in grade.THREAD_VARIABLES:
+        monkeypatch.delenv(name)
+    assert grade.share_the_cores(jobs=3, submissions=10) == 5
+    monkeypatch.delenv("MKL_NUM_THREADS")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert grade.share_the_cores(jobs=1, submissions=1) == 1       # the instructor's choice, also for MKL's pool
+    assert "MKL_NUM_THREADS" not in os.environ
+    if not sandbox.available()[0]:
+        pytest.skip(f"grading sandbox unavailable here: {sandbox.available()[1]}")
+    # the kernel gets it through the sandbox's allow-list (1: not torch's default of one thread per core)
+    cmd = sandbox.wrap([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                       tmp_path / "scratch", sandbox.Limits())
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.split() == ["1"], (proc.stdout, proc.stderr[-2000:])
