@@ -53,7 +53,7 @@ from pathlib import Path
 import nbformat
 
 from autograder import lending, sandbox
-from autograder.term import policy
+from autograder.term import policy, variants
 
 # Assignments are generated into this scratch release folder (not labs/) so grading never rewrites
 # the committed student notebooks; the gradebook gets the same cells and checksums either way.
@@ -248,6 +248,7 @@ class Result:
     penalties: dict = field(default_factory=dict)  # notebook -> late_submission_penalty
     timestamp: object = None
     grader_files: list = field(default_factory=list)   # files the grader itself wrote beside the graded notebooks
+    outcomes: dict | None = None   # which variants of each judgement exercise passed (autograder/term/variants.py)
 
 
 def grade_one(course: Path, template: Path, batch: Path, key: str, student: str, assignment: str, *, logs: Path,
@@ -270,7 +271,8 @@ def grade_one(course: Path, template: Path, batch: Path, key: str, student: str,
     home = sandbox.HOME if isolate else str(grader_dir / "home")
     # On the CPU by design, sandboxed or not (docs/security.md): the same grade whatever the machine has.
     kernel_env = {"WANDB_MODE": "offline", "WANDB_DIR": home, "JUPYTER_RUNTIME_DIR": str(grader_dir / "runtime"),
-                  "TRAINKIT_CHALLENGE_DIR": str(grader_dir / "challenge"), "CUDA_VISIBLE_DEVICES": ""}
+                  "TRAINKIT_CHALLENGE_DIR": str(grader_dir / "challenge"), "CUDA_VISIBLE_DEVICES": "",
+                  variants.OUTCOMES_ENV: str(grader_dir / "challenge" / variants.FILE)}
     if not isolate:
         kernel_env.update({"HOME": home, "MPLCONFIGDIR": home})
     overrides = {
@@ -315,6 +317,7 @@ def grade_one(course: Path, template: Path, batch: Path, key: str, student: str,
             result.error, result.graders_fault = graders, True
     if not result.error:
         _read_results(result)
+        result.outcomes = variants.read_outbox(grader_dir / "challenge" / variants.FILE)
     if not result.error:     # e.g. lab 8's challenge: its cells earn at most what the grader's own scoring gives
         for after_grading in lab_hooks("after_grading"):
             after_grading(result, scratch / ".grader" / "challenge")
@@ -512,6 +515,7 @@ def _merge(course: Path, result: Result) -> None:
     if dest.exists():
         shutil.rmtree(dest)
     staged.rename(dest)
+    variants.keep(course, result.student, result.assignment, result.outcomes)
 
 
 def copy_graded(src: Path, dest: Path, notebooks: set[str], grader_files: list[str] = ()) -> None:
@@ -813,6 +817,7 @@ def run(args, course: Path) -> int:
             elif result.error:
                 failed[key] = f"{result.error}; log: {result.log}"
                 record_failure(course, *key)
+                variants.forget(course, *key)
                 for forget_submission in lab_hooks("forget_submission"):
                     forget_submission(course, *key)
             else:

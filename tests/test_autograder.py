@@ -30,6 +30,7 @@ from autograder import lending
 from autograder import notebooks as nbu
 from autograder.cellflow import affected_cells
 from autograder.feedback import label
+from autograder.term import variants
 from test_feedback import hidden_only_lines
 from course import (ASSIGNMENTS, assert_bug_isolated, cell_scores, first_bug, lost_points, make_course,
                     release_nb, run_grade, source_nb, submit)
@@ -128,6 +129,33 @@ def test_the_reference_scores_full_marks_and_no_cell_it_holds_fails(graded):
               for i, c in enumerate(code) if i not in reached
               for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not failed, f"cells of the reference solution raised under nbgrader: {failed}"
+
+
+# The judgement exercises whose band checks record each variant's outcome at grading (trainkit.checks.record_outcomes).
+RECORDED = {"01_signal_propagation": {"initialise"}, "02_lr_schedules": {"choose_schedule"},
+            "03_gradient_clipping": {"make_guard"}, "04_optimizers": {"tune"}, "05_mixed_precision": {"fp16_recipe"},
+            "06_debugging_protocol": {"diagnose", "find_broken_part", "find_broken_part: repairs"},
+            "07_monitoring_reproducibility": {"why_not_reproducible", "reproduce"}, "08_infra_lab": {"save_interval"}}
+
+
+def test_the_graded_kernel_records_which_unseen_variants_passed(graded):
+    """What the item analysis reads per variant (autograder/term/variants.py), kept in grades/, not beside the graded
+    notebook (the feedback copies that folder); the reference passes its unseen variants where it earns full marks."""
+    assignment, course, _ = graded
+    kept = variants.load(course, assignment)
+    assert "broken" not in kept
+    record = kept.get("buggy")
+    assert record is not None and set(record) == RECORDED[assignment], record and set(record)
+    (bug,) = buggy_answer(assignment)
+    for exercise, groups in record.items():
+        unseen = {what: rows for what, rows in groups.items() if variants.is_unseen(what)}
+        assert unseen and all(rows for rows in unseen.values()), (exercise, list(groups))
+        if exercise.split(":")[0] != bug:
+            for what, rows in unseen.items():
+                share = sum(r["passed"] for r in rows) / len(rows)
+                assert share >= 0.9, f"{exercise}, {what}: the reference passed {share:.0%} of {len(rows)}"
+    assert not list((course / "autograded" / "buggy" / assignment).glob("*variant*"))
+    assert not list((course / "feedback").rglob(variants.FILE))
 
 
 def test_the_reference_makes_the_guard_restore_nothing(graded):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from autograder.grade import gradebook
-from autograder.term import items
+from autograder.term import items, variants
 from course import bookkeeping_gradebook
 
 LAB = "01_demo"
@@ -49,7 +49,20 @@ def course(tmp_path_factory):
                 gb.find_grade(name, LAB, LAB, student).auto_score = score(i)
             gb.find_grade("written_why", LAB, LAB, student).manual_score = 2.0
         gb.db.commit()
+    # What the graded kernels recorded (trainkit.checks.record_outcomes): student 5's file is not a record (dropped),
+    # and "ghost" has a record but no grade (not counted)
+    for i in [*STUDENTS, "ghost"]:
+        student = i if i == "ghost" else f"s{i:02d}"
+        unseen = [{"name": n, "passed": i == "ghost" or bool(ok(i))} for n, ok in VARIANTS.items()]
+        record = {"judge": {"the grader's unseen variants": unseen,
+                            "the visible variants": [{"name": "seen", "passed": True}]}}
+        if i == 5:
+            record = {"judge": {"the grader's unseen variants": [{"name": "v-easy", "passed": "yes"}]}}
+        variants.keep(root, student, LAB, record)
     return root
+
+
+VARIANTS = {"v-easy": lambda i: True, "v-mid": lambda i: i > 6, "v-nobody": lambda i: False}
 
 
 def by_hand_point_biserial(passed: list[bool], rest: list[float]) -> float:
@@ -112,8 +125,70 @@ def test_the_report_is_self_contained_and_shows_the_flags(course):
         assert "<script" not in html.lower() and "http://" not in html and "https://" not in html
         assert not re.search(r"""(src|href)=['"](?!data:|#|[\w.-]+\.html)""", html)   # only inline images, local pages
     images = re.findall(r"<img [^>]*src='([^']*)'", page)
-    assert len(images) == 2 and all(src.startswith("data:image/png;base64,") for src in images)
+    assert len(images) == 3 and all(src.startswith("data:image/png;base64,") for src in images)   # + the variants'
     assert "strong students fail" in page and "everyone passes" in page
-    assert "Per-variant pass rates need" in page                   # said, not invented
+    assert "Records from 11 of 12 submissions" in page            # student 5's is not a record; "ghost" has no grade
+    rows = dict(re.findall(r"<tr><td class=name>(v-[a-z]+)</td><td>1</td><td>(\d+) %", page))
+    assert rows == {"v-easy": "100", "v-mid": str(round(100 * 6 / 11)), "v-nobody": "0"}, rows
+    assert re.search(r"v-nobody</td>.*?<td class=flag>nobody passes</td>", page)
+    assert "the visible variants (1 variants" in page
     text = re.sub(r"data:image/png;base64,[^']*", "", page)
     assert not re.search(r"\bs\d\d\b", text)                      # summaries, not rows per student
+
+
+def test_the_variants_of_each_exercise_by_hand(course):
+    with gradebook(course) as gb:
+        lab = items.read_lab(gb, LAB)
+    lab.outcomes = variants.load(course, LAB, set(lab.students))
+    assert sorted(lab.outcomes) == [f"s{i:02d}" for i in STUDENTS if i != 5]
+    stats = items.variant_stats(lab)
+    assert list(stats) == [("judge", "the grader's unseen variants"), ("judge", "the visible variants")]
+    mid = stats["judge", "the grader's unseen variants"]["v-mid"]
+    passed = [i > 6 for i in STUDENTS if i != 5]
+    totals = [float(sum(score(i) for _, score in CELLS.values())) for i in STUDENTS if i != 5]
+    assert mid.n == 11 and mid.pass_rate == pytest.approx(6 / 11)
+    assert mid.discrimination == pytest.approx(by_hand_point_biserial(passed, totals))
+
+
+def test_a_kernels_record_is_kept_only_when_it_is_one(tmp_path):
+    good = {"ex": {"the grader's unseen variants": [{"name": "a", "passed": True}]}}
+    for bad in ([], {"ex": []}, {"ex": {"w": [{"name": "a", "passed": 1}]}}, {"ex": {"w": [{"name": "a"}]}},
+                {"": {"w": []}}, {"ex": {"w": [{"name": "a" * 201, "passed": True}]}},
+                {f"e{i}": {} for i in range(variants.MAX_EXERCISES + 1)}):
+        assert not variants.well_formed(bad), bad
+    assert variants.well_formed(good)
+    outbox = tmp_path / variants.FILE
+    outbox.write_text("not json")
+    assert variants.read_outbox(outbox) is None
+    outbox.write_text(" " * (variants.MAX_BYTES + 1))
+    assert variants.read_outbox(outbox) is None
+    outbox.unlink()
+    outbox.symlink_to(tmp_path / "elsewhere.json")
+    (tmp_path / "elsewhere.json").write_text('{"ex": {}}')
+    assert variants.read_outbox(outbox) is None                       # a link is no record
+    variants.keep(tmp_path, "ann", "lab", good)
+    assert variants.load(tmp_path, "lab") == {"ann": good}
+    variants.keep(tmp_path, "ann", "lab", None)                       # regraded, nothing recorded: the old one goes
+    assert variants.load(tmp_path, "lab") == {}
+
+
+def test_a_band_check_records_its_outcomes_only_at_grading_and_never_fails_its_cell(tmp_path, monkeypatch):
+    from trainkit import checks
+
+    assert checks.OUTCOMES_ENV == variants.OUTCOMES_ENV
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(checks.OUTCOMES_ENV, raising=False)
+    checks.record_outcomes("ex", "the visible variants", [("a", True)])      # a student's own run: nothing written
+    assert list(tmp_path.iterdir()) == []
+    out = tmp_path / variants.FILE
+    monkeypatch.setenv(checks.OUTCOMES_ENV, str(out))
+    checks.record_outcomes("ex", "the grader's unseen variants", [("a", True), ("b", 0)])
+    checks.record_outcomes("ex", "the grader's unseen variants", [("a", True), ("b", 0)])    # a band cell again
+    checks.record_outcomes("ex2", "the visible variants", iter([("c", False)]))
+    assert variants.read_outbox(out) == {
+        "ex": {"the grader's unseen variants": [{"name": "a", "passed": True}, {"name": "b", "passed": False}]},
+        "ex2": {"the visible variants": [{"name": "c", "passed": False}]}}
+    checks.record_outcomes("ex", "w", [1, 2])                                  # not pairs: no error, nothing changed
+    assert "w" not in variants.read_outbox(out)["ex"]
+    monkeypatch.setenv(checks.OUTCOMES_ENV, str(tmp_path / "no" / "such" / "folder" / variants.FILE))
+    checks.record_outcomes("ex", "w", [("a", True)])                           # cannot write: no error either

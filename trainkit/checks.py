@@ -5,7 +5,9 @@ expected, what came out, and (when given) a hint. Tolerances are explicit at eve
 """
 from __future__ import annotations
 
+import json
 import math
+import os
 from contextlib import contextmanager
 from typing import Callable
 
@@ -86,6 +88,35 @@ def preview(check: Callable[..., object], *args, **kwargs) -> None:
     except AssertionError as exc:
         print(f"Not reached yet on the visible variants (this cell does not fail for it; the grader's unseen variants "
               f"decide its points): {exc}")
+
+
+# Where a graded kernel writes which variants of a judgement exercise passed (set by make grade only; see
+# record_outcomes). The grader reads the file after the notebook ran: autograder/term/variants.py.
+OUTCOMES_ENV = "TRAINKIT_OUTCOMES_FILE"
+
+
+def record_outcomes(exercise: str, what: str, outcomes) -> None:
+    """At grading, note which of ``what``'s variants passed, for the instructor's item analysis; elsewhere nothing.
+
+    ``outcomes``: (a variant's name, whether it passed) per variant, in order. A judgement exercise's band check calls
+    this with what it has just judged, so the report can show the pass rate of each unseen variant (a variant nobody
+    passes points at the variant, not at the class). It never fails the cell it runs in and never counts for points.
+    """
+    path = os.environ.get(OUTCOMES_ENV)
+    if not path:
+        return
+    try:
+        rows = [{"name": str(name)[:200], "passed": bool(ok)} for name, ok in outcomes]
+        try:
+            with open(path, encoding="utf-8") as f:
+                record = json.load(f)
+        except (OSError, ValueError):
+            record = {}
+        record.setdefault(str(exercise), {})[str(what)] = rows
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(record, f)
+    except Exception:  # noqa: BLE001 -- a note for the instructor must never change a student's grade
+        pass
 
 
 @contextmanager

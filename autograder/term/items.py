@@ -13,10 +13,10 @@ test cell and each exercise (its test cells together) of a lab, over the student
 Flags: "strong students fail" (the top quarter passes less often than the bottom quarter: suspect the test, or what
 it asks), "everyone passes" and "nobody passes" (98 % or more, 2 % or less: it separates nobody).
 
-Judgement exercises (test cells that load the grader's unseen variants) are listed with their band cells. Their
-per-variant pass rates are not shown: the grader does not store which unseen variants a submission got wrong (a
-band cell prints nothing when it passes, and when it fails names at most six misses, by kind), so they would be
-invented. The HTML says what they need (PER_VARIANT_NOTE).
+Judgement exercises (test cells that load the grader's unseen variants) are listed with their band cells, and with
+the pass rate of each variant, the grader's unseen ones and the visible ones: a variant nobody passes points at the
+variant, not at the class. Those come from what each graded kernel recorded (autograder/term/variants.py), with the
+same statistics and flags, the variant's pass against the lab's total.
 
 Writes ``<out>/index.html`` and ``<out>/<lab>.html`` (default ``grades/items/``): self-contained pages (plots inline
 as PNG data URIs, no script, nothing fetched), sized for a class of hundreds: summaries, distributions and tables per
@@ -37,6 +37,7 @@ import numpy as np
 
 from autograder.grade import gradebook
 from autograder.notebooks import loads_unseen
+from autograder.term import variants
 from autograder.term.canvas import require_gradebook
 
 EVERYONE_PASSES = 0.98    # "everyone passes": this share or more has full points ("nobody passes": 1 - this or less)
@@ -44,10 +45,9 @@ QUARTER = 0.25            # strong (weak) students: the rest of their score is i
 FULL = 1e-9               # a score within this of the maximum is full points
 
 PER_VARIANT_NOTE = (
-    "Per-variant pass rates need the grader to record, per submission, which unseen variants the answer got right: "
-    "a band cell prints nothing when it passes, and when it fails names at most six misses by kind, not by variant. "
-    "Until the unseen checks write that record (as lab 8's challenge writes challenge.json beside the autograded "
-    "notebook), this report shows each band's pass rate only, so a variant nobody passes does not show here.")
+    "Each variant's pass rate comes from what the submission's kernel recorded while its band cells ran "
+    "(trainkit.checks.record_outcomes): a statistic for you, never a grade. A submission could write its own record; "
+    "one that is not a record is dropped. Submissions graded before the records existed have none: grade again.")
 
 
 @dataclass
@@ -101,6 +101,8 @@ class Lab:
     max_scores: np.ndarray            # per cell
     scores: np.ndarray                # submissions x cells
     judgement: set[str]               # exercises that load unseen variants
+    students: list[str] = field(default_factory=list)     # the rows of scores
+    outcomes: dict[str, dict] = field(default_factory=dict)   # student -> the variants record (term/variants.py)
 
     def exercises(self) -> dict[str, list[int]]:
         """{exercise: the indices of its cells}, in notebook order."""
@@ -156,7 +158,30 @@ def read_lab(gb, lab: str) -> Lab:
         if (notebook, cell) in column:
             row[column[notebook, cell]] = score or 0.0
     scores = np.array(list(rows.values())).reshape(len(rows), len(keys))
-    return Lab(lab, cells, np.array(maxima), scores, judgement & {exercise_of(c.rpartition("/")[2]) for c in cells})
+    return Lab(lab, cells, np.array(maxima), scores, judgement & {exercise_of(c.rpartition("/")[2]) for c in cells},
+               students=list(rows))
+
+
+def variant_stats(lab: Lab) -> dict[tuple[str, str], dict[str, Stats]]:
+    """{(exercise, which variants): {variant: Stats}} from the recorded outcomes: a variant as an item worth 1 point,
+    passed or not, against the student's autograded total (the statistics and flags of any item)."""
+    total = dict(zip(lab.students, lab.scores.sum(axis=1))) if len(lab.scores) else {}
+    seen: dict[tuple[str, str], dict[str, list[tuple[float, float]]]] = {}
+    for student, record in lab.outcomes.items():
+        if student not in total:
+            continue
+        for exercise, groups in record.items():
+            for what, rows in groups.items():
+                group = seen.setdefault((exercise, what), {})
+                for row in rows:
+                    group.setdefault(row["name"], []).append((float(row["passed"]), float(total[student])))
+    out = {}
+    for key in sorted(seen, key=lambda k: (k[0], not variants.is_unseen(k[1]), k[1])):
+        out[key] = {}
+        for name, pairs in seen[key].items():
+            passed, rest = np.array(pairs).T
+            out[key][name] = item_stats(passed, 1.0, rest)   # a variant is no part of the total
+    return out
 
 
 # ---- the HTML ---------------------------------------------------------------------------------------------------
@@ -237,6 +262,42 @@ def stats_table(rows: dict[str, Stats], first: str, judgement: set[str] = frozen
     return f"<table>{head}{''.join(body)}</table>"
 
 
+def variants_section(lab: Lab) -> str:
+    """Each judgement exercise's variants: a plot of the unseen ones' pass rates, a table per group of variants."""
+    groups = variant_stats(lab)
+    recorded = sum(1 for s in lab.outcomes if s in set(lab.students))
+    head = (f"<h3>Pass rate of each variant</h3><p class=note>{html.escape(PER_VARIANT_NOTE)}</p>"
+            f"<p>Records from {recorded} of {len(lab.students)} submissions.</p>")
+    if not groups:
+        return head
+    parts = [head]
+    unseen = {k: v for k, v in groups.items() if variants.is_unseen(k[1])}
+    if unseen:
+        parts.append(f"<p><img alt='plot' src='{variants_plot(unseen)}'></p>")
+    for (exercise, what), rows in groups.items():
+        flagged = sum(bool(s.flags) for s in rows.values())
+        parts.append(f"<h4>{html.escape(exercise)}: {html.escape(what)} ({len(rows)} variants, {flagged} flagged)</h4>"
+                     + stats_table(rows, "variant"))
+    return "".join(parts)
+
+
+def variants_plot(groups: dict[tuple[str, str], dict[str, Stats]]) -> str:
+    """The unseen variants' pass rates, one panel per exercise, flagged variants in red."""
+    from trainkit.plotting import label, subplots
+
+    heights = [max(1.6, 0.2 * len(rows) + 0.9) for rows in groups.values()]
+    fig, axes = subplots(len(groups), 1, width=11, height=sum(heights), squeeze=False,
+                         gridspec_kw={"height_ratios": heights})
+    for ax, ((exercise, what), rows) in zip(axes[:, 0], groups.items()):
+        names = list(rows)[::-1]
+        ax.barh(range(len(names)), [100 * rows[n].pass_rate for n in names],
+                color=["C3" if rows[n].flags else "C0" for n in names])
+        ax.set_yticks(range(len(names)), [n[:60] for n in names], fontsize=7)
+        ax.set_xlim(0, 100)
+        label(ax, f"{exercise}: {what} (red: flagged)", "% of submissions that pass it")
+    return figure_uri(fig)
+
+
 def lab_page(lab: Lab) -> str:
     """One lab's self-contained HTML page."""
     title = html.escape(lab.name)
@@ -251,11 +312,11 @@ def lab_page(lab: Lab) -> str:
     hardest_first = dict(sorted(cells.items(), key=lambda kv: (kv[1].pass_rate, kv[0])))
     images = "".join(f"<p><img alt='plot' src='{uri}'></p>" for uri in plots(lab, cells, exercises))
     judgement = ""
-    if lab.judgement:
+    if lab.judgement or lab.outcomes:
         bands = {c: s for c, s in cells.items() if exercise_of(c.rpartition("/")[2]) in lab.judgement}
-        judgement = (f"<h2>Judgement exercises: {html.escape(', '.join(sorted(lab.judgement)))}</h2>"
-                     f"<p class=note>{html.escape(PER_VARIANT_NOTE)}</p>"
-                     f"<p>Their band cells, in notebook order:</p>{stats_table(bands, 'test cell')}")
+        judgement = (f"<h2>Judgement exercises: {html.escape(', '.join(sorted(lab.judgement)) or 'see below')}</h2>"
+                     + (f"<p>Their band cells, in notebook order:</p>{stats_table(bands, 'test cell')}" if bands else "")
+                     + variants_section(lab))
     return f"""<!doctype html><html lang=en><meta charset=utf-8><title>Item analysis: {title}</title>
 <style>{CSS}</style>
 <nav><a href=index.html>all labs</a></nav>
@@ -309,6 +370,8 @@ def write_report(course: Path, out: Path, labs: list[str] | None = None) -> list
         if unknown:
             raise SystemExit(f"not in the gradebook: {', '.join(unknown)} (labs there: {', '.join(known) or 'none'})")
         read = [read_lab(gb, lab) for lab in labs or known]
+    for lab in read:
+        lab.outcomes = variants.load(course, lab.name, set(lab.students))
     out.mkdir(parents=True, exist_ok=True)
     for lab in read:
         (out / f"{lab.name}.html").write_text(lab_page(lab), encoding="utf-8")
