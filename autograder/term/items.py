@@ -292,6 +292,9 @@ def variants_plot(groups: dict[tuple[str, str], dict[str, Stats]]) -> str:
         names = list(rows)[::-1]
         ax.barh(range(len(names)), [100 * rows[n].pass_rate for n in names],
                 color=["C3" if rows[n].flags else "C0" for n in names])
+        for y, n in enumerate(names):   # named, not only coloured: a variant nobody passes has no bar to colour
+            if rows[n].flags:
+                ax.text(100 * rows[n].pass_rate + 1, y, ", ".join(rows[n].flags), color="C3", fontsize=7, va="center")
         ax.set_yticks(range(len(names)), [n[:60] for n in names], fontsize=7)
         ax.set_xlim(0, 100)
         label(ax, f"{exercise}: {what} (red: flagged)", "% of submissions that pass it")
