@@ -17,6 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograder import grade
 from autograder import notebooks as nbu
 from autograder import sandbox
 from autograder.term.regrade import NOTE_MARK
@@ -120,7 +121,31 @@ def test_a_regrade_keeps_manual_grades_reports_the_changed_cell_and_releases_not
     assert not list(exchange.rglob("*.html")), "the regrade must not release feedback"
     exchange.mkdir(mode=0o1777, exist_ok=True)
     os.chmod(exchange, 0o1777)
+    # a `make grade` between the regrade and its release writes bo's feedback again, without the note; his grades are
+    # what the regrade left, so the release puts the note back
+    rewrite_feedback(course, "bo")
+    assert NOTE_MARK not in bo_page.read_text(encoding="utf-8")
     proc = regrade(course, LAB, "--release")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     released = list(exchange.rglob("*.html"))
     assert len(released) == 1 and NOTE_MARK in released[0].read_text(encoding="utf-8"), released
+    assert "released the regraded feedback of" in proc.stdout and "bo" in proc.stdout, proc.stdout
+
+    # once a grade has changed since (a grade given by hand), the note no longer describes it: refused, and why
+    with grade.gradebook(course) as gb:
+        graded_cell = next(g for nb in gb.find_submission(LAB, "bo").notebooks for g in nb.grades if g.max_score)
+        graded_cell.extra_credit = 0.5
+        gb.db.commit()
+    rewrite_feedback(course, "bo")
+    proc = regrade(course, LAB, "--release")
+    assert proc.returncode == 1 and "not released: bo" in proc.stdout and "its grades changed" in proc.stdout, proc.stdout
+    assert NOTE_MARK not in bo_page.read_text(encoding="utf-8")
+
+
+def rewrite_feedback(course: Path, student: str) -> None:
+    """What `make grade` does to a graded student's feedback: nbgrader's generate_feedback, the note gone."""
+    code = ("import sys; from pathlib import Path; from autograder import grade; c = Path(sys.argv[1]); "
+            "sys.exit(0 if grade.feedback_one(c, sys.argv[2], sys.argv[3], c / 'feedback.log') else 1)")
+    proc = subprocess.run([sys.executable, "-c", code, str(course), student, LAB], capture_output=True, text=True,
+                          cwd=course)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -25,7 +25,8 @@
 Nothing is released: the new feedback stays in ``feedback/`` for the instructor to read, and students' copies in the
 exchange are untouched. The second form (``--release``) releases the feedback of the students that regrade changed
 (nbgrader's ``release_feedback``, per student), from the latest regrade folder of the lab or the one named. A later
-``make grade`` regenerates the feedback without the note; ``--release`` then refuses and says so.
+``make grade`` regenerates the feedback without the note; ``--release`` puts the note back where the student's grades
+are still what the regrade left, and refuses, saying why, where they changed (a resubmission, a grade by hand).
 
 Exit status: make grade's (0 every submission was regraded, 1 some failed, 2 nothing to regrade, 3 no sandbox), 4 for
 an unknown lab or a release that found nothing to release.
@@ -394,7 +395,7 @@ def regrade(course: Path, lab: str, reason: str, students: list[str] | None, gra
     (folder / "summary.txt").write_text(summary, encoding="utf-8")
     (folder / "summary.json").write_text(json.dumps({
         "lab": lab, "when": when, "reason": reason, "grade_exit_status": rc, "noted": noted, "failed": sorted(failed),
-        "restored": restored, "students": {s: {"delta": e["delta"], "changes": e["changes"], "new": e["new"]}
+        "restored": restored, "students": {s: {k: e[k] for k in ("delta", "changes", "new", "score", "max")}
                                            for s, e in entries.items()}}, indent=1), encoding="utf-8")
     print("\n" + summary, end="")
     return rc
@@ -424,12 +425,20 @@ def release(course: Path, lab: str, folder: Path | None) -> int:
         return 4
     logs = course / "autograded" / "_logs"
     released, refused = [], []
+    after = json.loads((folder / "after.json").read_text(encoding="utf-8")) if (folder / "after.json").is_file() else {}
     for student in summary["noted"]:
         pages = sorted((course / "feedback" / student / lab).glob("*.html"))
-        if not pages or not all(NOTE_MARK in p.read_text(encoding="utf-8") for p in pages):
-            refused.append(f"{student} (its feedback was regenerated since the regrade, without the note: read it, "
-                           f"then `nbgrader release_feedback {lab} --student {student}`)")
+        if not pages:
+            refused.append(f"{student} (no feedback to release under {course / 'feedback' / student / lab})")
             continue
+        if not all(NOTE_MARK in p.read_text(encoding="utf-8") for p in pages):
+            # a later `make grade` wrote the feedback again, without the note: it still holds while the grades do
+            why = note_again(course, lab, student, summary, after, pages)
+            if why:
+                refused.append(f"{student} (its feedback was regenerated since the regrade and {why}: the note no "
+                               f"longer describes it; read it, then `nbgrader release_feedback {lab} --student "
+                               f"{student}`, or regrade again)")
+                continue
         missing = [f for f in ("timestamp.txt", "submission_secret.txt") if not (pages[0].parent / f).is_file()]
         if missing:     # release_feedback files feedback under the secret nbgrader submit wrote
             refused.append(f"{student} (no {' or '.join(missing)} beside its feedback: the submission did not come "
@@ -449,6 +458,25 @@ def release(course: Path, lab: str, folder: Path | None) -> int:
     for why in refused:
         print(f"not released: {why}")
     return 0 if not refused else 1
+
+
+def note_again(course: Path, lab: str, student: str, summary: dict, after: dict, pages: list[Path]) -> str:
+    """Put a regrade's note back into feedback written again since, where the student's grades are still what the
+    regrade left (scores, manual grades, comments, the submission's time); '' when put back, else why not."""
+    now = snapshot(course, lab, [student]).get(student)
+    then = after.get(student)
+    entry = summary.get("students", {}).get(student, {})
+    if now is None or then is None or "score" not in entry:
+        return "the regrade's record of it is incomplete"
+    if now["timestamp"] != then["timestamp"]:
+        return "the student submitted again"
+    if {k: now[k] for k in ("score", "max_score", "cells", "comments")} != \
+            {k: then[k] for k in ("score", "max_score", "cells", "comments")}:
+        return "its grades changed"
+    note = note_html(summary["when"], summary["reason"], entry, summary.get("restored", {}).get(student, []))
+    for page in pages:
+        add_note(page, note)
+    return ""
 
 
 def main(argv: list[str] | None = None) -> int:
