@@ -1,11 +1,14 @@
 """nbgrader preprocessors used by nbgrader_config.py."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from nbclient.exceptions import DeadKernelError
 from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 
 from autograder import lending
+from autograder.term import variants
 
 KERNEL_DIED = "KernelDied"
 # Starts the line the guard prints in the hidden cell before a test cell: what it had to restore.
@@ -92,6 +95,9 @@ class SafeExecute(Execute):
         cell, resources = super().preprocess_cell(cell, resources, index)
         if lent:
             self._hidden(lending.FORGET_CODE, index)
+        outbox = (getattr(getattr(self, "km", None), "kernel_env", None) or {}).get(variants.OUTCOMES_ENV)
+        if outbox:   # what the band checks recorded leaves the kernel's reach before any student code runs again
+            variants.take(Path(outbox))
         self._hidden("_grader_guard.after_locked()", index)
         if note:
             cell.outputs.insert(0, NotebookNode(output_type="stream", name="stdout",

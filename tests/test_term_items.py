@@ -2,6 +2,7 @@
 small class built directly in a gradebook (no kernel, no grading run)."""
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -62,7 +63,8 @@ def course(tmp_path_factory):
     return root
 
 
-VARIANTS = {"v-easy": lambda i: True, "v-mid": lambda i: i > 6, "v-nobody": lambda i: False}
+VARIANTS = {"v-easy": lambda i: True, "v-mid": lambda i: i > 6, "v-nobody": lambda i: False,
+            "v-$\\nosuchcommand{$": lambda i: True}   # a name matplotlib would read as TeX, and fail on
 
 
 def by_hand_point_biserial(passed: list[bool], rest: list[float]) -> float:
@@ -166,6 +168,15 @@ def test_a_kernels_record_is_kept_only_when_it_is_one(tmp_path):
     outbox.symlink_to(tmp_path / "elsewhere.json")
     (tmp_path / "elsewhere.json").write_text('{"ex": {}}')
     assert variants.read_outbox(outbox) is None                       # a link is no record
+    outbox = tmp_path / "scratch" / "challenge" / variants.FILE        # what SafeExecute does after each test cell
+    outbox.parent.mkdir(parents=True)
+    outbox.write_text(json.dumps(good))
+    variants.take(outbox)
+    outbox.write_text(json.dumps({"ex": {"the visible variants": [{"name": "b", "passed": False}]}}))
+    variants.take(outbox)
+    assert not outbox.exists()
+    assert variants.read_outbox(tmp_path / "scratch" / variants.FILE) == {"ex": {**good["ex"], "the visible variants": [
+        {"name": "b", "passed": False}]}}
     variants.keep(tmp_path, "ann", "lab", good)
     assert variants.load(tmp_path, "lab") == {"ann": good}
     variants.keep(tmp_path, "ann", "lab", None)                       # regraded, nothing recorded: the old one goes

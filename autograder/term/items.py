@@ -43,6 +43,7 @@ from autograder.term.canvas import require_gradebook
 EVERYONE_PASSES = 0.98    # "everyone passes": this share or more has full points ("nobody passes": 1 - this or less)
 QUARTER = 0.25            # strong (weak) students: the rest of their score is in the top (bottom) quarter
 FULL = 1e-9               # a score within this of the maximum is full points
+PLOTTED = 80              # variants per exercise in the plot at most (the table lists them all)
 
 PER_VARIANT_NOTE = (
     "Each variant's pass rate comes from what the submission's kernel recorded while its band cells ran "
@@ -171,6 +172,8 @@ def variant_stats(lab: Lab) -> dict[tuple[str, str], dict[str, Stats]]:
         if student not in total:
             continue
         for exercise, groups in record.items():
+            if exercise not in lab.judgement:     # a record names only the lab's own judgement exercises
+                continue
             for what, rows in groups.items():
                 group = seen.setdefault((exercise, what), {})
                 for row in rows:
@@ -281,23 +284,28 @@ def variants_section(lab: Lab) -> str:
     return "".join(parts)
 
 
+def plain(text: str) -> str:
+    """Text for matplotlib as it is: a name from a record must not be read as TeX ("$...$" can stop the report)."""
+    return text.replace("$", r"\$")
+
+
 def variants_plot(groups: dict[tuple[str, str], dict[str, Stats]]) -> str:
     """The unseen variants' pass rates, one panel per exercise, flagged variants in red."""
     from trainkit.plotting import label, subplots
 
-    heights = [max(1.6, 0.2 * len(rows) + 0.9) for rows in groups.values()]
+    heights = [max(1.6, 0.2 * min(len(rows), PLOTTED) + 0.9) for rows in groups.values()]
     fig, axes = subplots(len(groups), 1, width=11, height=sum(heights), squeeze=False,
                          gridspec_kw={"height_ratios": heights})
     for ax, ((exercise, what), rows) in zip(axes[:, 0], groups.items()):
-        names = list(rows)[::-1]
+        names = list(rows)[:PLOTTED][::-1]      # the table below lists every variant
         ax.barh(range(len(names)), [100 * rows[n].pass_rate for n in names],
                 color=["C3" if rows[n].flags else "C0" for n in names])
         for y, n in enumerate(names):   # named, not only coloured: a variant nobody passes has no bar to colour
             if rows[n].flags:
                 ax.text(100 * rows[n].pass_rate + 1, y, ", ".join(rows[n].flags), color="C3", fontsize=7, va="center")
-        ax.set_yticks(range(len(names)), [n[:60] for n in names], fontsize=7)
+        ax.set_yticks(range(len(names)), [plain(n[:60]) for n in names], fontsize=7)
         ax.set_xlim(0, 100)
-        label(ax, f"{exercise}: {what} (red: flagged)", "% of submissions that pass it")
+        label(ax, plain(f"{exercise}: {what} (red: flagged)"), "% of submissions that pass it")
     return figure_uri(fig)
 
 

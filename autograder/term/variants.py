@@ -2,16 +2,20 @@
 
 A judgement exercise's band checks (the locked helper cells of each lab) call ``trainkit.checks.record_outcomes`` with
 every variant they judged. That writes only where ``make grade`` set ``OUTCOMES_ENV``: into a file in the kernel's
-outbox folder (the one lab 8's challenge writes its run into). After the notebook ran, the grading worker reads that
-file (``read_outbox``); the main process keeps it in the course (``keep``) as ``grades/variants/<lab>/<student>.json``.
+outbox folder (the one lab 8's challenge writes its run into). Right after each locked cell the grader takes the file
+out of the kernel's reach (``take``, called by autograder/preprocessors.py's SafeExecute): the unseen variants' names
+and, in labs 6 and 7, their causes must not be readable by the student's code in a later cell. After the notebook ran,
+the grading worker reads what was taken; the main process keeps it in the course (``keep``) as
+``grades/variants/<lab>/<student>.json``.
 
 Where it is kept, and why there: not beside the autograded notebook, because nbgrader's generate_feedback copies
 every other file of that folder into the student's feedback, and the unseen variants' names describe them.
 ``grades/`` reaches no student.
 
 What it is worth: the record comes from the student's own kernel, so a submission can write its own. It is a statistic
-for the instructor, never a grade, and a forged record changes only that student's row; what the file holds is
-checked for shape and size before it is kept (``read_outbox``), and a file that is not a record is dropped.
+for the instructor, never a grade. A forged record adds that student's rows (the report shows only the lab's own
+judgement exercises); what the file holds is checked for shape and size (``read_outbox``), and a file that is not a
+record is dropped.
 """
 from __future__ import annotations
 
@@ -38,6 +42,29 @@ def read_outbox(path: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return record if well_formed(record) else None
+
+
+def take(outbox: Path) -> None:
+    """Move what a test cell just recorded out of the kernel's reach (SafeExecute calls this after every locked cell):
+    merged into ``FILE`` one folder up (the scratch copy's .grader/, which the sandbox does not show), the outbox
+    emptied. Left in the outbox, the record of lab 6's and 7's unseen variants (which names their causes) would be
+    readable by the student's code in every later cell."""
+    record = read_outbox(outbox)
+    try:
+        if outbox.exists() or outbox.is_symlink():
+            outbox.unlink()
+    except OSError:
+        pass
+    if record is None:
+        return
+    kept = outbox.parent.parent / FILE
+    merged = read_outbox(kept) or {}
+    for exercise, groups in record.items():
+        merged.setdefault(exercise, {}).update(groups)
+    if well_formed(merged):
+        staged = kept.with_name(f".{kept.name}.new")
+        staged.write_text(json.dumps(merged), encoding="utf-8")
+        staged.replace(kept)     # never through a link
 
 
 def well_formed(record) -> bool:
